@@ -1,0 +1,310 @@
+//! The demo: a simulated payment service under retries, duplicate deliveries and crashing workers.
+//! Invariant of the check: the charge ledger is kept outside the store, so "charged exactly once"
+//! is counted independently of what the store claims.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idemdb::{Claim, ClaimOptions, Config, Durability, Response, Store};
+
+pub struct Options {
+    pub db: Option<PathBuf>,
+    pub payments: usize,
+    pub clients: usize,
+    pub buffered: bool,
+}
+
+const TENANT: &str = "shop";
+const LEASE: Duration = Duration::from_millis(250);
+const CRASH_BEFORE_CHARGE: u64 = 3; // percent
+const CRASH_AFTER_CHARGE: u64 = 3; // percent, after the "charged" checkpoint
+const LOST_REPLY: u64 = 5; // percent of replies lost on the way back: the client retries
+const DUPLICATE: u64 = 10; // percent of requests a proxy delivers twice
+const MISUSE: u64 = 1; // percent of payments whose key a buggy client reuses for another amount
+
+/// SplitMix64: enough randomness for a simulation, seeded per thread.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn percent(&mut self, p: u64) -> bool {
+        self.next() % 100 < p
+    }
+}
+
+struct Payment {
+    key: String,
+    amount: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    duplicates_sent: AtomicU64,
+    charges: AtomicU64,
+    replays: AtomicU64,
+    in_progress: AtomicU64,
+    crashes: AtomicU64,
+    resumed: AtomicU64,
+    mismatches: AtomicU64,
+}
+
+enum Reply {
+    Ok(Vec<u8>),
+    Crashed,
+    Busy(Duration),
+    Unprocessable,
+}
+
+fn fingerprint(p: &Payment, amount: u64) -> Vec<u8> {
+    idemdb::fingerprint(&[b"POST /payments", p.key.as_bytes(), &amount.to_be_bytes()])
+}
+
+/// The payment service's handler.
+fn handle(
+    store: &Store,
+    id: usize,
+    p: &Payment,
+    amount: u64,
+    rng: &mut Rng,
+    ledger: &Mutex<HashMap<usize, u32>>,
+    t: &Tally,
+) -> idemdb::Result<Reply> {
+    t.requests.fetch_add(1, Ordering::Relaxed);
+    let opts = ClaimOptions::default().lease(LEASE);
+    match store.claim(TENANT, &p.key, fingerprint(p, amount), opts)? {
+        Claim::Acquired(lease) => {
+            let receipt = if let Some(cp) = lease.checkpoint().filter(|c| c.phase == "charged") {
+                // A worker crashed after charging: resume from the recovery point, don't charge.
+                t.resumed.fetch_add(1, Ordering::Relaxed);
+                cp.state.clone()
+            } else {
+                if rng.percent(CRASH_BEFORE_CHARGE) {
+                    t.crashes.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reply::Crashed); // the lease is simply abandoned
+                }
+                // The side effect, recorded outside the store.
+                *ledger.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default() += 1;
+                t.charges.fetch_add(1, Ordering::Relaxed);
+                let receipt = format!("receipt {id}: charged {amount} (fence {})", lease.fence());
+                if store.checkpoint(&lease, "charged", receipt.as_bytes())?.is_err() {
+                    return Ok(Reply::Crashed);
+                }
+                if rng.percent(CRASH_AFTER_CHARGE) {
+                    t.crashes.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reply::Crashed);
+                }
+                receipt.into_bytes()
+            };
+            let resp = Response::new(receipt.clone()).with_status(201);
+            match store.complete(&lease, resp)? {
+                Ok(()) => Ok(Reply::Ok(receipt)),
+                Err(_) => Ok(Reply::Crashed), // lost the lease: the client retries and replays
+            }
+        }
+        Claim::Completed(r) => {
+            t.replays.fetch_add(1, Ordering::Relaxed);
+            Ok(Reply::Ok(r.response.body))
+        }
+        Claim::InProgress { retry_after } => {
+            t.in_progress.fetch_add(1, Ordering::Relaxed);
+            Ok(Reply::Busy(retry_after))
+        }
+        Claim::Mismatch => {
+            t.mismatches.fetch_add(1, Ordering::Relaxed);
+            Ok(Reply::Unprocessable)
+        }
+        Claim::Failed(r) => Ok(Reply::Ok(r.response.body)),
+    }
+}
+
+pub fn run(o: &Options) -> idemdb::Result<bool> {
+    let tmp;
+    let dir = match &o.db {
+        Some(d) => d.clone(),
+        None => {
+            tmp = std::env::temp_dir().join(format!("idemdb-demo-{}", idemdb::mint_key(&idemdb::SystemClock)));
+            tmp
+        }
+    };
+    let durability = if o.buffered {
+        Durability::Buffered
+    } else {
+        Durability::Synced
+    };
+    let store = Config::new(&dir).durability(durability).open()?;
+    println!(
+        "idemdb demo: {} payments from {} concurrent clients, {:?} durability, store in {}",
+        o.payments,
+        o.clients,
+        durability,
+        dir.display()
+    );
+    println!(
+        "faults: {DUPLICATE}% duplicate deliveries, {LOST_REPLY}% lost replies, {CRASH_BEFORE_CHARGE}% workers crash before \
+         charging, {CRASH_AFTER_CHARGE}% after, {MISUSE}% keys reused for another amount; lease {LEASE:?}"
+    );
+    let payments: Vec<Payment> = (0..o.payments)
+        .map(|i| Payment {
+            key: idemdb::mint_key(&idemdb::SystemClock),
+            amount: 100 + (i as u64 % 900),
+        })
+        .collect();
+    let ledger = Mutex::new(HashMap::<usize, u32>::new());
+    let replies = Mutex::new(HashMap::<usize, Vec<Vec<u8>>>::new());
+    let tally = Tally::default();
+    let next = AtomicUsize::new(0);
+    let misuse_rejected = AtomicU64::new(0);
+    let misuse_tried = AtomicU64::new(0);
+    let failure: Mutex<Option<idemdb::Error>> = Mutex::new(None);
+    let seed = u64::from_str_radix(&idemdb::mint_key(&idemdb::SystemClock)[10..22], 32).unwrap_or(7);
+    let started = std::time::Instant::now();
+
+    // Work items: each payment once, plus duplicate deliveries pushed as separate items so that
+    // another client thread sends them concurrently.
+    let mut work: Vec<(usize, u64)> = Vec::new();
+    let mut r = Rng(seed);
+    for (i, p) in payments.iter().enumerate() {
+        work.push((i, p.amount));
+        if r.percent(DUPLICATE) {
+            work.push((i, p.amount));
+            tally.duplicates_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        if r.percent(MISUSE) {
+            work.push((i, p.amount + 1));
+        }
+    }
+    let work = Arc::new(work);
+
+    std::thread::scope(|s| {
+        for c in 0..o.clients {
+            let (store, work, ledger, replies, tally, next, failure) =
+                (&store, &work, &ledger, &replies, &tally, &next, &failure);
+            let (misuse_rejected, misuse_tried, payments) = (&misuse_rejected, &misuse_tried, &payments);
+            s.spawn(move || {
+                let mut rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(id, amount)) = work.get(i) else { return };
+                    let p = &payments[id];
+                    let misuse = amount != p.amount;
+                    if misuse {
+                        misuse_tried.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let mut first = true;
+                    loop {
+                        if !first {
+                            tally.retries.fetch_add(1, Ordering::Relaxed);
+                        }
+                        first = false;
+                        let reply = match handle(store, id, p, amount, &mut rng, ledger, tally) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                                return;
+                            }
+                        };
+                        match reply {
+                            Reply::Ok(body) => {
+                                if rng.percent(LOST_REPLY) {
+                                    continue; // the reply never arrived: retry at once
+                                }
+                                replies
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .entry(id)
+                                    .or_default()
+                                    .push(body);
+                                break;
+                            }
+                            Reply::Unprocessable => {
+                                if misuse {
+                                    misuse_rejected.fetch_add(1, Ordering::Relaxed);
+                                    break;
+                                }
+                                // Only a misused key can mismatch; anything else is a bug.
+                                *failure.lock().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(idemdb::Error::Engine("unexpected mismatch".into()));
+                                return;
+                            }
+                            Reply::Crashed => std::thread::sleep(LEASE / 2),
+                            Reply::Busy(after) => {
+                                std::thread::sleep(after.min(Duration::from_millis(50)))
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let ledger = ledger.into_inner().unwrap_or_else(|e| e.into_inner());
+    let replies = replies.into_inner().unwrap_or_else(|e| e.into_inner());
+
+    // The checks, against the ledger and the replies, not the store's counters.
+    let charged_once = (0..o.payments).all(|i| ledger.get(&i) == Some(&1));
+    let double = ledger.values().filter(|&&n| n > 1).count();
+    let never = (0..o.payments).filter(|i| !ledger.contains_key(i)).count();
+    let consistent = (0..o.payments).all(|i| {
+        replies
+            .get(&i)
+            .is_some_and(|v| !v.is_empty() && v.iter().all(|b| b == &v[0]))
+    });
+    let stats = store.stats()?;
+    let c = stats.counters;
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let rows = [
+        ("payments", o.payments as u64),
+        ("requests handled", ld(&tally.requests)),
+        ("client retries", ld(&tally.retries)),
+        ("duplicate deliveries sent", ld(&tally.duplicates_sent)),
+        ("worker crashes (simulated)", ld(&tally.crashes)),
+        ("charges executed (ledger)", ledger.values().map(|&n| u64::from(n)).sum()),
+        ("duplicates prevented: replayed", ld(&tally.replays)),
+        ("duplicates prevented: in progress", ld(&tally.in_progress)),
+        ("expired leases taken over", c.takeover),
+        ("resumed from checkpoint", ld(&tally.resumed)),
+        ("key reused for another amount (422)", ld(&misuse_rejected)),
+    ];
+    println!();
+    println!("| {:<38} | {:>10} |", "measure", "count");
+    println!("|{:-<40}|{:->12}|", "", "");
+    for (name, v) in rows {
+        println!("| {name:<38} | {v:>10} |");
+    }
+    println!();
+    let mismatch_ok = ld(&misuse_rejected) == ld(&misuse_tried);
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    println!(
+        "check: every payment charged exactly once ........ {} ({double} charged twice or more, {never} never)",
+        verdict(charged_once)
+    );
+    println!(
+        "check: every client got the same receipt per key .. {}",
+        verdict(consistent)
+    );
+    println!(
+        "check: every reused key was refused (422) ......... {}",
+        verdict(mismatch_ok)
+    );
+    let rps = ld(&tally.requests) as f64 / elapsed.as_secs_f64();
+    println!("time: {:.2} s, {rps:.0} requests/s", elapsed.as_secs_f64());
+    drop(store);
+    if o.db.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(charged_once && consistent && mismatch_ok)
+}
+

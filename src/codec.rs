@@ -1,0 +1,188 @@
+//! Byte layouts of keys and values. Invariants: every decoder is total (it returns an error on any
+//! input, never panics, never allocates more than a fixed bound); integers in keys are big-endian
+//! so byte order is numeric order; a record key encodes (tenant, key) injectively.
+
+use crate::clock::Millis;
+use crate::error::{corrupted, Result};
+use crate::record::Record;
+
+/// The only record value format this build reads and writes.
+pub(crate) const FORMAT: u8 = 1;
+/// Header: format byte + expires_at (u64 BE). Trailer: crc32 (u32 BE) of header and body.
+const HEADER: usize = 1 + 8;
+const TRAILER: usize = 4;
+/// Upper bound on what the body decoder may allocate (largest response limit plus slack).
+const DECODE_LIMIT: usize = 80 << 20;
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// `[u16 BE len][tenant][u16 BE len][key]`. Lengths are validated (≤ 4096) before this is called.
+pub(crate) fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + tenant.len() + key.len());
+    push_part(&mut out, tenant);
+    push_part(&mut out, key);
+    out
+}
+
+fn push_part(out: &mut Vec<u8>, part: &[u8]) {
+    let len = u16::try_from(part.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(part);
+}
+
+/// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
+pub(crate) fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (tenant, rest) = take_part(bytes)?;
+    let (key, rest) = take_part(rest)?;
+    rest.is_empty().then_some((tenant, key))
+}
+
+fn take_part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_first_chunk::<2>()?;
+    let len = usize::from(u16::from_be_bytes(*len));
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+/// Expiry index key: a ULID whose timestamp is the expiry time and whose random part is the
+/// record's fencing token, then the record key. Range scans from the start meet the oldest
+/// expiries first.
+pub(crate) fn index_key(expires_at: Millis, fence: u64, record_key: &[u8]) -> Vec<u8> {
+    let id = ulid::Ulid::from_parts(expires_at, u128::from(fence));
+    let mut out = Vec::with_capacity(16 + record_key.len());
+    out.extend_from_slice(&id.to_bytes());
+    out.extend_from_slice(record_key);
+    out
+}
+
+/// The smallest index key whose expiry is `t`: every entry below it expired before `t`.
+pub(crate) fn index_bound(t: Millis) -> [u8; 16] {
+    ulid::Ulid::from_parts(t.min(ulid::Ulid::MAX.timestamp_ms()), 0).to_bytes()
+}
+
+/// Splits an index key into (expiry time, record key).
+pub(crate) fn split_index_key(bytes: &[u8]) -> Option<(Millis, &[u8])> {
+    let (id, rest) = bytes.split_first_chunk::<16>()?;
+    let id = ulid::Ulid::from_bytes(*id);
+    split_record_key(rest)?;
+    Some((id.timestamp_ms(), rest))
+}
+
+pub(crate) fn encode_record(rec: &Record) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + rec.fingerprint.len());
+    out.push(FORMAT);
+    out.extend_from_slice(&rec.expires_at.to_be_bytes());
+    // Encoding into a Vec cannot fail for these types; an error would mean a bug in serde derive.
+    if bincode::serde::encode_into_std_write(rec, &mut out, bincode_config()).is_err() {
+        out.truncate(HEADER);
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Checks format and checksum and returns (expires_at, body).
+fn open_envelope(bytes: &[u8]) -> Result<(Millis, &[u8])> {
+    let Some((payload, crc)) = bytes.split_last_chunk::<TRAILER>() else {
+        return Err(corrupted("record", format!("{} bytes is too short", bytes.len())));
+    };
+    if payload.len() < HEADER {
+        return Err(corrupted("record", format!("{} bytes is too short", bytes.len())));
+    }
+    let expected = u32::from_be_bytes(*crc);
+    let actual = crc32fast::hash(payload);
+    if expected != actual {
+        return Err(corrupted(
+            "record",
+            format!("checksum {actual:08x} does not match stored {expected:08x}"),
+        ));
+    }
+    let (head, body) = payload.split_at(HEADER);
+    let (fmt, exp) = head.split_at(1);
+    if fmt != [FORMAT] {
+        return Err(corrupted("record", format!("unknown value format {:?}", fmt)));
+    }
+    let mut e = [0u8; 8];
+    e.copy_from_slice(exp);
+    Ok((u64::from_be_bytes(e), body))
+}
+
+pub(crate) fn decode_record(bytes: &[u8]) -> Result<Record> {
+    let (expires_at, body) = open_envelope(bytes)?;
+    let (mut rec, used): (Record, usize) =
+        bincode::serde::decode_from_slice(body, bincode_config())
+            .map_err(|e| corrupted("record", format!("body does not decode: {e}")))?;
+    if used != body.len() {
+        return Err(corrupted(
+            "record",
+            format!("{} trailing bytes after the body", body.len() - used),
+        ));
+    }
+    rec.expires_at = expires_at;
+    Ok(rec)
+}
+
+/// The expiry of a record value, for the compaction filter: `None` unless the checksum holds.
+pub(crate) fn record_expiry(bytes: &[u8]) -> Option<Millis> {
+    open_envelope(bytes).ok().map(|(e, _)| e)
+}
+
+/// A u64 stored big-endian in exactly 8 bytes.
+pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    let arr: [u8; 8] = bytes.try_into().ok()?;
+    Some(u64::from_be_bytes(arr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::State;
+
+    fn sample() -> Record {
+        Record {
+            expires_at: 42,
+            fingerprint: vec![1, 2, 3],
+            created_at: 7,
+            fence: 9,
+            attempts: 1,
+            takeovers: 0,
+            checkpoint: None,
+            state: State::Pending { lease_until: 11 },
+        }
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let r = sample();
+        assert_eq!(decode_record(&encode_record(&r)).unwrap(), r);
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let bytes = encode_record(&sample());
+        for i in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            assert!(decode_record(&b).is_err(), "flip of bit {i} accepted");
+        }
+    }
+
+    #[test]
+    fn record_keys_are_injective_and_split_back() {
+        let a = record_key(b"ab", b"c");
+        let b = record_key(b"a", b"bc");
+        assert_ne!(a, b);
+        assert_eq!(split_record_key(&a), Some((&b"ab"[..], &b"c"[..])));
+        assert_eq!(split_record_key(&a[..a.len() - 1]), None);
+    }
+
+    #[test]
+    fn index_keys_sort_by_expiry() {
+        let k1 = index_key(1000, u64::MAX, &record_key(b"z", b"z"));
+        let k2 = index_key(1001, 0, &record_key(b"a", b"a"));
+        assert!(k1 < k2);
+        assert!(k1.as_slice() < index_bound(1001).as_slice());
+        assert_eq!(split_index_key(&k2).map(|(t, _)| t), Some(1001));
+    }
+}

@@ -1,0 +1,228 @@
+//! Configuration. Invariant: every limit and default lives here, is validated once in
+//! [`Config::validate`] before anything touches the disk, and is documented on its setter.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{InvalidInput, Result};
+use crate::store::Store;
+
+/// When an acknowledged write is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// The write-ahead log is synced to the device before a call returns: an acknowledged claim or
+    /// completion survives power loss. Concurrent synced writers share one sync (group commit).
+    Synced,
+    /// The write reaches the operating system before a call returns: it survives a crash of the
+    /// process (kill -9) but not of the machine.
+    Buffered,
+}
+
+/// How a store is opened. Build one with [`Config::new`], change what you need, then
+/// [`Config::open`].
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) path: PathBuf,
+    pub(crate) durability: Durability,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) retention: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) max_retention: Duration,
+    pub(crate) max_lease: Duration,
+    pub(crate) max_key_len: usize,
+    pub(crate) max_tenant_len: usize,
+    pub(crate) max_response_bytes: usize,
+    pub(crate) cache_bytes: usize,
+    pub(crate) write_buffer_bytes: usize,
+    pub(crate) lock_stripes: usize,
+    pub(crate) duplicate_wait: Duration,
+    pub(crate) sweep_interval: Option<Duration>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("path", &self.path)
+            .field("durability", &self.durability)
+            .field("retention", &self.retention)
+            .field("lease", &self.lease)
+            .field("max_key_len", &self.max_key_len)
+            .field("max_tenant_len", &self.max_tenant_len)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// A configuration for the store in directory `path` (created if missing), with every default.
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        Self {
+            path: path.as_ref().to_path_buf(),
+            durability: Durability::Synced,
+            clock: Arc::new(SystemClock),
+            retention: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(30),
+            max_retention: Duration::from_secs(400 * 24 * 3600),
+            max_lease: Duration::from_secs(24 * 3600),
+            max_key_len: 255,
+            max_tenant_len: 64,
+            max_response_bytes: 1 << 20,
+            cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
+            lock_stripes: 4096,
+            duplicate_wait: Duration::ZERO,
+            sweep_interval: Some(Duration::from_secs(60)),
+        }
+    }
+
+    /// Durability of acknowledged writes. Default: [`Durability::Synced`], because a payment that
+    /// was acknowledged as done and then charged again after a power cut is the failure this
+    /// library exists to prevent; choose [`Durability::Buffered`] where a process crash is the only
+    /// failure you must survive.
+    #[must_use]
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// The clock used for leases and expiry. Default: [`SystemClock`]. Tests use
+    /// [`crate::ManualClock`].
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How long a record is kept after it is claimed, unless a claim says otherwise. Default: 24 h.
+    #[must_use]
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.retention = d;
+        self
+    }
+
+    /// How long a claim's lease lasts before another caller may take the key over. Default: 30 s.
+    #[must_use]
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = d;
+        self
+    }
+
+    /// The longest retention a claim may ask for. Default: 400 days.
+    #[must_use]
+    pub fn max_retention(mut self, d: Duration) -> Self {
+        self.max_retention = d;
+        self
+    }
+
+    /// The longest lease (or renewal) a caller may ask for. Default: 24 h.
+    #[must_use]
+    pub fn max_lease(mut self, d: Duration) -> Self {
+        self.max_lease = d;
+        self
+    }
+
+    /// Longest idempotency key, in bytes (1..=4096). Default: 255, as Stripe.
+    #[must_use]
+    pub fn max_key_len(mut self, n: usize) -> Self {
+        self.max_key_len = n;
+        self
+    }
+
+    /// Longest tenant, in bytes (1..=4096). Default: 64.
+    #[must_use]
+    pub fn max_tenant_len(mut self, n: usize) -> Self {
+        self.max_tenant_len = n;
+        self
+    }
+
+    /// Largest stored response, failure or checkpoint (body plus metadata), in bytes
+    /// (1..=64 MiB). Default: 1 MiB.
+    #[must_use]
+    pub fn max_response_bytes(mut self, n: usize) -> Self {
+        self.max_response_bytes = n;
+        self
+    }
+
+    /// Size of the block cache shared by every column family. Default: 64 MiB.
+    #[must_use]
+    pub fn cache_bytes(mut self, n: usize) -> Self {
+        self.cache_bytes = n;
+        self
+    }
+
+    /// Size of one memtable of the records column family. Default: 64 MiB.
+    #[must_use]
+    pub fn write_buffer_bytes(mut self, n: usize) -> Self {
+        self.write_buffer_bytes = n;
+        self
+    }
+
+    /// Number of lock stripes that serialise decisions per key (a power of two, 1..=1<<20).
+    /// Default: 4096.
+    #[must_use]
+    pub fn lock_stripes(mut self, n: usize) -> Self {
+        self.lock_stripes = n;
+        self
+    }
+
+    /// How long [`Store::execute`] waits for a duplicate running in this process to finish before
+    /// answering "in progress". Default: zero (answer at once).
+    #[must_use]
+    pub fn duplicate_wait(mut self, d: Duration) -> Self {
+        self.duplicate_wait = d;
+        self
+    }
+
+    /// How often a background thread sweeps expired records, or `None` for never (call
+    /// [`Store::sweep`] yourself). Default: every 60 s.
+    #[must_use]
+    pub fn sweep_interval(mut self, d: Option<Duration>) -> Self {
+        self.sweep_interval = d;
+        self
+    }
+
+    /// Opens (or creates) the store.
+    pub fn open(self) -> Result<Store> {
+        Store::open(self)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(InvalidInput::Config(m).into());
+        if !(1..=4096).contains(&self.max_key_len) {
+            return bad(format!("max_key_len {} is not in 1..=4096", self.max_key_len));
+        }
+        if !(1..=4096).contains(&self.max_tenant_len) {
+            return bad(format!("max_tenant_len {} is not in 1..=4096", self.max_tenant_len));
+        }
+        if !(1..=64 << 20).contains(&self.max_response_bytes) {
+            return bad(format!(
+                "max_response_bytes {} is not in 1..=64 MiB",
+                self.max_response_bytes
+            ));
+        }
+        if !self.lock_stripes.is_power_of_two() || self.lock_stripes > 1 << 20 {
+            return bad(format!(
+                "lock_stripes {} is not a power of two up to 1<<20",
+                self.lock_stripes
+            ));
+        }
+        if self.max_lease.is_zero() || self.max_retention.is_zero() {
+            return bad("max_lease and max_retention must be positive".into());
+        }
+        if self.max_retention > Duration::from_secs(100 * 365 * 24 * 3600) {
+            return bad("max_retention over 100 years".into());
+        }
+        if self.write_buffer_bytes < 1 << 20 {
+            return bad("write_buffer_bytes under 1 MiB".into());
+        }
+        crate::record::check_duration("lease", self.lease, self.max_lease)?;
+        crate::record::check_duration("retention", self.retention, self.max_retention)?;
+        if self.lease > self.retention {
+            return bad("the default lease is longer than the default retention".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! Errors. Invariant: an expected outcome of the product (a replay, a key in progress, a mismatch,
+//! a lost lease) is never an error; errors are bad input, damaged data or a failing disk, and
+//! RocksDB's errors are classified once, in the engine, into the variants below.
+
+use std::fmt;
+
+/// The result type of every fallible idemdb call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in idemdb.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before anything was read or written.
+    InvalidInput(InvalidInput),
+    /// Stored bytes failed their checksum or could not be decoded. Nothing was replayed from them.
+    Corrupted {
+        /// What was being read (for example "record" or "meta/format").
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The directory holds a store of another format version, or something that is not an idemdb
+    /// store at all. Nothing was changed on disk.
+    IncompatibleFormat {
+        /// What was found.
+        found: String,
+        /// What this build reads and writes.
+        expected: u8,
+    },
+    /// A lease minted by a different store (another directory, or a store that was deleted and
+    /// re-created) was passed to this one. Nothing was changed.
+    ForeignLease,
+    /// The storage engine is busy (write stall, lock contention): the call may be retried.
+    Busy(String),
+    /// The disk or the operating system failed the operation.
+    Io(String),
+    /// The engine reported an error that fits no other class.
+    Engine(String),
+}
+
+/// Which argument was rejected, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// A tenant or key was empty. `field` names which.
+    Empty {
+        /// "tenant" or "key".
+        field: &'static str,
+    },
+    /// A tenant or key was longer than the configured limit.
+    TooLong {
+        /// "tenant" or "key".
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A response, failure or checkpoint was larger than the configured limit.
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A duration was zero or beyond the configured maximum.
+    Duration {
+        /// Which duration ("lease", "retention", "renewal").
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A configuration value was out of range.
+    Config(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidInput(i) => write!(f, "invalid input: {i}"),
+            Error::Corrupted { what, reason } => write!(
+                f,
+                "corrupted {what}: {reason}; the value was not used. Inspect it with `idemdb inspect` \
+                 and remove it with `idemdb forget` if it cannot be recovered"
+            ),
+            Error::IncompatibleFormat { found, expected } => write!(
+                f,
+                "incompatible store: found {found}, this build reads format version {expected}; \
+                 open the directory with the idemdb version that wrote it"
+            ),
+            Error::ForeignLease => write!(
+                f,
+                "this lease was issued by a different store; pass leases only to the store that issued them"
+            ),
+            Error::Busy(m) => write!(f, "storage engine busy, retry the call: {m}"),
+            Error::Io(m) => write!(f, "I/O error (check disk space and permissions): {m}"),
+            Error::Engine(m) => write!(f, "storage engine error: {m}"),
+        }
+    }
+}
+
+impl fmt::Display for InvalidInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidInput::Empty { field } => write!(f, "the {field} must not be empty"),
+            InvalidInput::TooLong { field, len, max } => write!(
+                f,
+                "the {field} is {len} bytes, over the limit of {max} (Config::max_{field}_len)"
+            ),
+            InvalidInput::TooLarge { what, len, max } => write!(
+                f,
+                "the {what} is {len} bytes, over the limit of {max} (Config::max_response_bytes)"
+            ),
+            InvalidInput::Duration { what, reason } => write!(f, "the {what} duration {reason}"),
+            InvalidInput::Config(m) => write!(f, "configuration: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<InvalidInput> for Error {
+    fn from(i: InvalidInput) -> Self {
+        Error::InvalidInput(i)
+    }
+}
+
+pub(crate) fn corrupted(what: &'static str, reason: impl Into<String>) -> Error {
+    Error::Corrupted {
+        what,
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,297 @@
+//! The public vocabulary of request idempotency (responses, leases, claim outcomes) and the
+//! stored record with its state machine. Invariant: a record is in exactly one state; only the
+//! holder of the current fencing token may move it out of `Pending`; `Completed` and `Failed` are
+//! final until the record expires or is forgotten.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+use crate::error::{InvalidInput, Result};
+
+/// A stored result: the body bytes plus a small metadata map (an HTTP status, a content type, a
+/// resource id). Replayed exactly as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// The body, byte for byte.
+    pub body: Vec<u8>,
+    /// Small string metadata, such as `status` → `201`.
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Response {
+    /// A response with this body and no metadata.
+    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            body: body.into(),
+            meta: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a metadata entry.
+    #[must_use]
+    pub fn with_meta(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.meta.insert(k.into(), v.into());
+        self
+    }
+
+    /// Sets the `status` metadata entry (an HTTP status code, by convention).
+    #[must_use]
+    pub fn with_status(self, status: u16) -> Self {
+        self.with_meta("status", status.to_string())
+    }
+
+    /// The `status` metadata entry, if present and numeric.
+    pub fn status(&self) -> Option<u16> {
+        self.meta.get("status").and_then(|s| s.parse().ok())
+    }
+
+    /// Bytes counted against `max_response_bytes`: the body plus every metadata key and value.
+    pub fn size(&self) -> usize {
+        self.body.len() + self.meta.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    }
+}
+
+/// A recovery point stored by the lease holder; whoever acquires the key next receives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The phase reached, for example `"charged"`.
+    pub phase: String,
+    /// Whatever state the operation needs to resume from that phase.
+    pub state: Vec<u8>,
+}
+
+/// Proof that the caller holds a key and must execute its operation. Pass it to
+/// [`crate::Store::complete`], [`crate::Store::fail`], [`crate::Store::renew`] or
+/// [`crate::Store::checkpoint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) tenant: Vec<u8>,
+    pub(crate) key: Vec<u8>,
+    pub(crate) fence: u64,
+    pub(crate) until: Millis,
+    pub(crate) attempt: u32,
+    pub(crate) takeover: bool,
+    pub(crate) checkpoint: Option<Checkpoint>,
+    pub(crate) store_id: u128,
+}
+
+impl Lease {
+    /// The tenant of the key.
+    pub fn tenant(&self) -> &[u8] {
+        &self.tenant
+    }
+    /// The idempotency key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+    /// The fencing token: strictly greater than every token this store issued before, for any key,
+    /// across restarts. Pass it to downstream systems so they can refuse a stale holder.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+    /// When the lease ends (milliseconds since the epoch, by the store's clock).
+    pub fn expires_at(&self) -> Millis {
+        self.until
+    }
+    /// Which attempt this is: 1 for the first, then one more per retryable failure or takeover.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// Whether this lease was taken over from a holder whose lease had expired.
+    pub fn is_takeover(&self) -> bool {
+        self.takeover
+    }
+    /// The last recovery point stored by an earlier holder, if any.
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        self.checkpoint.as_ref()
+    }
+}
+
+/// A stored result being replayed to a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The response exactly as stored.
+    pub response: Response,
+    /// When it was stored.
+    pub finished_at: Millis,
+}
+
+/// What a claim found. Only [`Claim::Acquired`] lets the caller run the operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Claim {
+    /// The caller must execute the operation, then complete or fail the lease.
+    Acquired(Lease),
+    /// The operation already completed: replay this.
+    Completed(Replay),
+    /// The operation failed terminally: replay this failure.
+    Failed(Replay),
+    /// Another caller holds a live lease; try again after this long.
+    InProgress {
+        /// Time until the holder's lease ends.
+        retry_after: Duration,
+    },
+    /// The key was first used with a different request fingerprint (HTTP 422). Nothing changed.
+    Mismatch,
+}
+
+/// How an operation failed, for [`crate::Store::fail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailKind {
+    /// Release the key so that the next claim acquires it (the attempt counter goes up).
+    Retryable,
+    /// Store this failure; later claims replay it as [`Claim::Failed`].
+    Terminal(Response),
+}
+
+/// Why a lease holder's call changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// The lease expired and another caller took the key over.
+    TakenOver {
+        /// The current holder's fencing token.
+        current_fence: u64,
+    },
+    /// The key was already completed or failed terminally.
+    Finished,
+    /// The key was released by a retryable failure and not acquired since.
+    Released,
+    /// The record expired or was forgotten.
+    Gone,
+}
+
+/// An operator's view of one record ([`crate::Store::get`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// The state, with its payload.
+    pub state: RecordState,
+    /// The request fingerprint the key is bound to.
+    pub fingerprint: Vec<u8>,
+    /// When the record was first claimed.
+    pub created_at: Millis,
+    /// When the record expires and becomes absent.
+    pub expires_at: Millis,
+    /// The latest fencing token issued for it.
+    pub fence: u64,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// Takeovers of expired leases so far.
+    pub takeovers: u32,
+    /// The last recovery point.
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// The state of a record as seen by [`crate::Store::get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordState {
+    /// Leased until this time (it may already be past: then the next claim takes over).
+    Pending {
+        /// When the lease ends.
+        lease_until: Millis,
+    },
+    /// Released for a retry.
+    Released,
+    /// Completed with this response.
+    Completed(Replay),
+    /// Failed terminally with this response.
+    Failed(Replay),
+}
+
+/// Per-claim options; unset fields take the store's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClaimOptions {
+    /// Lease length. Default: [`crate::Config::lease`].
+    pub lease: Option<Duration>,
+    /// Retention of the record. Default: [`crate::Config::retention`].
+    pub retention: Option<Duration>,
+}
+
+impl ClaimOptions {
+    /// Sets the lease length.
+    #[must_use]
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = Some(d);
+        self
+    }
+    /// Sets the retention.
+    #[must_use]
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.retention = Some(d);
+        self
+    }
+}
+
+/// The stored form of a record. `expires_at` lives in the value header (see `codec`), so the
+/// compaction filter can read it without decoding the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    #[serde(skip)]
+    pub expires_at: Millis,
+    pub fingerprint: Vec<u8>,
+    pub created_at: Millis,
+    pub fence: u64,
+    pub attempts: u32,
+    pub takeovers: u32,
+    pub checkpoint: Option<Checkpoint>,
+    pub state: State,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum State {
+    Pending { lease_until: Millis },
+    Released,
+    Completed { response: Response, at: Millis },
+    Failed { response: Response, at: Millis },
+}
+
+impl Record {
+    pub(crate) fn info(&self) -> RecordInfo {
+        let state = match &self.state {
+            State::Pending { lease_until } => RecordState::Pending {
+                lease_until: *lease_until,
+            },
+            State::Released => RecordState::Released,
+            State::Completed { response, at } => RecordState::Completed(Replay {
+                response: response.clone(),
+                finished_at: *at,
+            }),
+            State::Failed { response, at } => RecordState::Failed(Replay {
+                response: response.clone(),
+                finished_at: *at,
+            }),
+        };
+        RecordInfo {
+            state,
+            fingerprint: self.fingerprint.clone(),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            fence: self.fence,
+            attempts: self.attempts,
+            takeovers: self.takeovers,
+            checkpoint: self.checkpoint.clone(),
+        }
+    }
+}
+
+pub(crate) fn check_duration(what: &'static str, d: Duration, max: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(InvalidInput::Duration {
+            what,
+            reason: "must be positive".into(),
+        }
+        .into());
+    }
+    if d > max {
+        return Err(InvalidInput::Duration {
+            what,
+            reason: format!("{d:?} is over the configured maximum of {max:?}"),
+        }
+        .into());
+    }
+    Ok(())
+}

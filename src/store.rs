@@ -1,0 +1,728 @@
+//! The store: request idempotency records on the engine. Invariants: every decision about a key is
+//! made under that key's lock stripe, from one read, and written with one atomic batch that carries
+//! the record, its expiry-index entry and the fence high-water mark; time never goes backwards from
+//! the store's view; an expired record is treated as absent by every read.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::clock::{duration_millis, Millis};
+use crate::codec;
+use crate::config::Config;
+use crate::engine::{Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID};
+use crate::error::{corrupted, Error, InvalidInput, Result};
+use crate::metrics::{Metrics, Stats};
+use crate::record::{
+    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record, RecordInfo,
+    Replay, Response, State,
+};
+
+/// Longest request fingerprint accepted, in bytes.
+pub const MAX_FINGERPRINT_LEN: usize = 1024;
+
+/// An open idempotency store. Cheap to clone; all clones share one database. Safe to use from
+/// any number of threads.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    cfg: Config,
+    store_id: u128,
+    next_fence: AtomicU64,
+    locks: Box<[Mutex<()>]>,
+    metrics: Metrics,
+    waiters: AtomicUsize,
+    finished: (Mutex<u64>, Condvar),
+    sweeper: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+}
+
+/// What [`Store::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Execution {
+    /// This call ran the operation; its result is stored (or, for a retryable failure, the key was
+    /// released).
+    Ran(std::result::Result<Response, FailKind>),
+    /// A stored completion, replayed.
+    Replayed(Replay),
+    /// A stored terminal failure, replayed.
+    ReplayedFailure(Replay),
+    /// Another caller is running it; try again after this long.
+    InProgress {
+        /// Time until that caller's lease ends.
+        retry_after: Duration,
+    },
+    /// The key was first used with a different fingerprint.
+    Mismatch,
+    /// The operation ran but its lease was taken over meanwhile; its result was not stored.
+    LeaseLost(LeaseLost),
+}
+
+impl Store {
+    /// Opens the store described by `cfg` (see [`Config`]).
+    pub fn open(cfg: Config) -> Result<Store> {
+        cfg.validate()?;
+        std::fs::create_dir_all(&cfg.path).map_err(|e| {
+            Error::Io(format!("cannot create {}: {e}", cfg.path.display()))
+        })?;
+        let (engine, created) = Engine::open(
+            &cfg.path,
+            &EngineOptions {
+                durability: cfg.durability,
+                cache_bytes: cfg.cache_bytes,
+                write_buffer_bytes: cfg.write_buffer_bytes,
+            },
+        )?;
+        let store_id = init_meta(&engine, created)?;
+        let high_water = match engine.get(Cf::Meta, META_FENCE)? {
+            None => 0,
+            Some(b) => codec::decode_u64(&b)
+                .ok_or_else(|| corrupted("meta/fence_high_water", "not an 8-byte integer"))?,
+        };
+        let locks = (0..cfg.lock_stripes).map(|_| Mutex::new(())).collect();
+        let sweep_interval = cfg.sweep_interval;
+        let inner = Arc::new(Inner {
+            engine,
+            cfg,
+            store_id,
+            next_fence: AtomicU64::new(high_water + 1),
+            locks,
+            metrics: Metrics::default(),
+            waiters: AtomicUsize::new(0),
+            finished: (Mutex::new(0), Condvar::new()),
+            sweeper: Mutex::new(None),
+        });
+        let store = Store { inner };
+        store.now();
+        if let Some(every) = sweep_interval {
+            store.start_sweeper(every);
+        }
+        Ok(store)
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Claims `key` of `tenant` for a request with this `fingerprint`. Exactly one of any number
+    /// of concurrent claimers acquires; the others see [`Claim::InProgress`] or the stored result.
+    pub fn claim(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        fingerprint: impl AsRef<[u8]>,
+        opts: ClaimOptions,
+    ) -> Result<Claim> {
+        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        self.check_names(tenant, key)?;
+        if fingerprint.len() > MAX_FINGERPRINT_LEN {
+            return Err(InvalidInput::TooLarge {
+                what: "fingerprint",
+                len: fingerprint.len(),
+                max: MAX_FINGERPRINT_LEN,
+            }
+            .into());
+        }
+        let cfg = &self.inner.cfg;
+        let lease_d = opts.lease.unwrap_or(cfg.lease);
+        let retention_d = opts.retention.unwrap_or(cfg.retention);
+        check_duration("lease", lease_d, cfg.max_lease)?;
+        check_duration("retention", retention_d, cfg.max_retention)?;
+        if lease_d > retention_d {
+            return Err(InvalidInput::Duration {
+                what: "lease",
+                reason: format!("{lease_d:?} is longer than the retention {retention_d:?}"),
+            }
+            .into());
+        }
+        let (lease_ms, retention_ms) = (duration_millis(lease_d), duration_millis(retention_d));
+        let m = &self.inner.metrics;
+
+        let rkey = codec::record_key(tenant, key);
+        let _guard = self.lock(&rkey);
+        let now = self.now();
+        let old = self.load(&rkey)?;
+        let live = old.as_ref().filter(|r| r.expires_at > now);
+        if old.is_some() && live.is_none() {
+            Metrics::bump(&m.expired);
+        }
+        let mut takeover = false;
+        let new = match live {
+            Some(rec) => {
+                if rec.fingerprint != fingerprint {
+                    Metrics::bump(&m.mismatch);
+                    return Ok(Claim::Mismatch);
+                }
+                match &rec.state {
+                    State::Completed { response, at } => {
+                        Metrics::bump(&m.replayed);
+                        return Ok(Claim::Completed(Replay {
+                            response: response.clone(),
+                            finished_at: *at,
+                        }));
+                    }
+                    State::Failed { response, at } => {
+                        Metrics::bump(&m.replayed);
+                        return Ok(Claim::Failed(Replay {
+                            response: response.clone(),
+                            finished_at: *at,
+                        }));
+                    }
+                    State::Pending { lease_until } if *lease_until > now => {
+                        Metrics::bump(&m.in_progress);
+                        return Ok(Claim::InProgress {
+                            retry_after: Duration::from_millis(lease_until - now),
+                        });
+                    }
+                    State::Pending { .. } | State::Released => {
+                        takeover = matches!(rec.state, State::Pending { .. });
+                        let lease_until = now.saturating_add(lease_ms);
+                        Record {
+                            expires_at: rec.expires_at.max(lease_until),
+                            fence: self.next_fence(),
+                            attempts: rec.attempts.saturating_add(1),
+                            takeovers: rec.takeovers + u32::from(takeover),
+                            state: State::Pending { lease_until },
+                            ..rec.clone()
+                        }
+                    }
+                }
+            }
+            None => Record {
+                expires_at: now.saturating_add(retention_ms),
+                fingerprint: fingerprint.to_vec(),
+                created_at: now,
+                fence: self.next_fence(),
+                attempts: 1,
+                takeovers: 0,
+                checkpoint: None,
+                state: State::Pending {
+                    lease_until: now.saturating_add(lease_ms),
+                },
+            },
+        };
+        self.write_record(&rkey, old.as_ref(), &new, true)?;
+        Metrics::bump(&m.acquired);
+        if takeover {
+            Metrics::bump(&m.takeover);
+        }
+        let State::Pending { lease_until } = new.state else {
+            return Err(Error::Engine("claim built a record that is not pending".into()));
+        };
+        Ok(Claim::Acquired(Lease {
+            tenant: tenant.to_vec(),
+            key: key.to_vec(),
+            fence: new.fence,
+            until: lease_until,
+            attempt: new.attempts,
+            takeover,
+            checkpoint: new.checkpoint,
+            store_id: self.inner.store_id,
+        }))
+    }
+
+    /// Stores `response` as the result of the leased operation. Later claims replay it.
+    pub fn complete(
+        &self,
+        lease: &Lease,
+        response: Response,
+    ) -> Result<std::result::Result<(), LeaseLost>> {
+        self.check_size("response", response.size())?;
+        let r = self.with_lease(lease, |rec, now| {
+            rec.checkpoint = None;
+            rec.state = State::Completed { response, at: now };
+            Ok(())
+        })?;
+        if r.is_ok() {
+            Metrics::bump(&self.inner.metrics.completed);
+        }
+        Ok(r)
+    }
+
+    /// Ends the leased operation as failed: either releases the key for a retry or stores a
+    /// terminal failure that later claims replay.
+    pub fn fail(
+        &self,
+        lease: &Lease,
+        kind: FailKind,
+    ) -> Result<std::result::Result<(), LeaseLost>> {
+        if let FailKind::Terminal(resp) = &kind {
+            self.check_size("failure", resp.size())?;
+        }
+        let terminal = matches!(kind, FailKind::Terminal(_));
+        let r = self.with_lease(lease, |rec, now| {
+            rec.state = match kind {
+                FailKind::Retryable => State::Released,
+                FailKind::Terminal(response) => {
+                    rec.checkpoint = None;
+                    State::Failed { response, at: now }
+                }
+            };
+            Ok(())
+        })?;
+        if r.is_ok() {
+            let m = &self.inner.metrics;
+            Metrics::bump(if terminal {
+                &m.failed_terminal
+            } else {
+                &m.failed_retryable
+            });
+        }
+        Ok(r)
+    }
+
+    /// Extends the lease to `extra` from now (and the record's retention if it would end
+    /// sooner). Updates `lease` in place.
+    pub fn renew(
+        &self,
+        lease: &mut Lease,
+        extra: Duration,
+    ) -> Result<std::result::Result<(), LeaseLost>> {
+        check_duration("renewal", extra, self.inner.cfg.max_lease)?;
+        let extra_ms = duration_millis(extra);
+        let r = self.with_lease(lease, |rec, now| {
+            let until = now.saturating_add(extra_ms);
+            rec.state = State::Pending { lease_until: until };
+            rec.expires_at = rec.expires_at.max(until);
+            Ok(until)
+        })?;
+        Ok(r.map(|until| {
+            lease.until = until;
+            Metrics::bump(&self.inner.metrics.renewed);
+        }))
+    }
+
+    /// Stores a recovery point. Whoever acquires the key after this holder crashes or fails
+    /// retryably receives it in [`Lease::checkpoint`].
+    pub fn checkpoint(
+        &self,
+        lease: &Lease,
+        phase: impl Into<String>,
+        state: impl Into<Vec<u8>>,
+    ) -> Result<std::result::Result<(), LeaseLost>> {
+        let cp = Checkpoint {
+            phase: phase.into(),
+            state: state.into(),
+        };
+        self.check_size("checkpoint", cp.phase.len() + cp.state.len())?;
+        let r = self.with_lease(lease, |rec, _| {
+            rec.checkpoint = Some(cp);
+            Ok(())
+        })?;
+        if r.is_ok() {
+            Metrics::bump(&self.inner.metrics.checkpointed);
+        }
+        Ok(r)
+    }
+
+    /// Claims, runs `f` if acquired, stores its result, and returns what happened. A duplicate
+    /// that arrives while another thread of this process runs the same key waits up to
+    /// [`Config::duplicate_wait`] for its result. If `f` panics the key is released for a retry
+    /// and the panic continues.
+    pub fn execute<F>(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        fingerprint: impl AsRef<[u8]>,
+        f: F,
+    ) -> Result<Execution>
+    where
+        F: FnOnce(&Lease) -> std::result::Result<Response, FailKind>,
+    {
+        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        let mut budget = self.inner.cfg.duplicate_wait;
+        let lease = loop {
+            match self.claim(tenant, key, fingerprint, ClaimOptions::default())? {
+                Claim::Acquired(l) => break l,
+                Claim::Completed(r) => return Ok(Execution::Replayed(r)),
+                Claim::Failed(r) => return Ok(Execution::ReplayedFailure(r)),
+                Claim::Mismatch => return Ok(Execution::Mismatch),
+                Claim::InProgress { retry_after } => {
+                    if budget.is_zero() {
+                        return Ok(Execution::InProgress { retry_after });
+                    }
+                    let slice = budget.min(Duration::from_millis(20)).min(retry_after);
+                    budget = budget.saturating_sub(slice);
+                    self.wait_for_finish(slice);
+                }
+            }
+        };
+        let result = match catch_unwind(AssertUnwindSafe(|| f(&lease))) {
+            Ok(r) => r,
+            Err(panic) => {
+                let _ = self.fail(&lease, FailKind::Retryable);
+                resume_unwind(panic);
+            }
+        };
+        let stored = match &result {
+            Ok(resp) => self.complete(&lease, resp.clone())?,
+            Err(kind) => self.fail(&lease, kind.clone())?,
+        };
+        Ok(match stored {
+            Ok(()) => Execution::Ran(result),
+            Err(lost) => Execution::LeaseLost(lost),
+        })
+    }
+
+    /// An operator's view of a record, or `None` if absent or expired.
+    pub fn get(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<Option<RecordInfo>> {
+        let (tenant, key) = (tenant.as_ref(), key.as_ref());
+        self.check_names(tenant, key)?;
+        let now = self.now();
+        let rec = self.load(&codec::record_key(tenant, key))?;
+        Ok(rec.filter(|r| r.expires_at > now).map(|r| r.info()))
+    }
+
+    /// Deletes a record (and its index entry), whatever its state, even if it does not decode.
+    /// Returns whether anything was stored for the key. A holder of its lease gets
+    /// [`LeaseLost::Gone`].
+    pub fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
+        let (tenant, key) = (tenant.as_ref(), key.as_ref());
+        self.check_names(tenant, key)?;
+        let rkey = codec::record_key(tenant, key);
+        let _guard = self.lock(&rkey);
+        let Some(raw) = self.inner.engine.get(Cf::Records, &rkey)? else {
+            return Ok(false);
+        };
+        let mut batch = self.inner.engine.batch();
+        batch.delete(Cf::Records, &rkey);
+        if let Ok(rec) = codec::decode_record(&raw) {
+            batch.delete(Cf::Expiry, &codec::index_key(rec.expires_at, rec.fence, &rkey));
+        }
+        self.inner.engine.write(batch)?;
+        Metrics::bump(&self.inner.metrics.forgotten);
+        self.notify_finished();
+        Ok(true)
+    }
+
+    /// Deletes up to `limit` expired records, oldest expiry first, with their index entries, and
+    /// drops stale index entries met on the way. Returns how many records were deleted. A record
+    /// whose expiry was extended is never deleted by its old index entry.
+    pub fn sweep(&self, limit: usize) -> Result<usize> {
+        let now = self.now();
+        let upper = codec::index_bound(now.saturating_add(1));
+        let mut entries = Vec::new();
+        self.inner.engine.scan(Cf::Expiry, &[], Some(&upper), |k, _| {
+            entries.push(k.to_vec());
+            entries.len() < limit
+        })?;
+        let mut swept = 0;
+        for entry in entries {
+            let mut batch = self.inner.engine.batch();
+            batch.delete(Cf::Expiry, &entry);
+            if let Some((_, rkey)) = codec::split_index_key(&entry) {
+                let _guard = self.lock(rkey);
+                let current = match self.inner.engine.get(Cf::Records, rkey)? {
+                    Some(raw) => codec::decode_record(&raw).ok(),
+                    None => None,
+                };
+                if let Some(rec) = current {
+                    let is_current = codec::index_key(rec.expires_at, rec.fence, rkey) == entry;
+                    if is_current && rec.expires_at <= now {
+                        batch.delete(Cf::Records, rkey);
+                        swept += 1;
+                    }
+                }
+                // Deletes of expired data need no sync: if lost, the record is still expired.
+                self.inner.engine.write_buffered(batch)?;
+            } else {
+                self.inner.engine.write_buffered(batch)?;
+            }
+        }
+        self.inner
+            .metrics
+            .swept
+            .fetch_add(swept as u64, Ordering::Relaxed);
+        Ok(swept)
+    }
+
+    /// Flushes memtables and compacts every column family fully, so the compaction filter drops
+    /// every record expired by now. Slow on large stores; for tests and maintenance windows.
+    pub fn compact(&self) -> Result<()> {
+        self.now();
+        self.inner.engine.compact_all()
+    }
+
+    /// Syncs the write-ahead log: with [`crate::Durability::Buffered`], everything acknowledged
+    /// before this call now survives power loss.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.engine.sync_wal()
+    }
+
+    /// Outcome counters and RocksDB's estimates.
+    pub fn stats(&self) -> Result<Stats> {
+        let e = &self.inner.engine;
+        let mut counters = self.inner.metrics.snapshot();
+        counters.compaction_dropped = e.filtered();
+        let mut live_sst_bytes = 0;
+        let mut memtable_bytes = 0;
+        for cf in Cf::ALL {
+            live_sst_bytes += e.int_property(cf, EngineProperty::LiveSstBytes)?;
+            memtable_bytes += e.int_property(cf, EngineProperty::MemtableBytes)?;
+        }
+        Ok(Stats {
+            counters,
+            estimated_records: e.int_property(Cf::Records, EngineProperty::EstimatedKeys)?,
+            estimated_index_entries: e.int_property(Cf::Expiry, EngineProperty::EstimatedKeys)?,
+            live_sst_bytes,
+            memtable_bytes,
+        })
+    }
+
+    /// Counts the records physically present (expired or not) by iterating the records column
+    /// family, and the index entries. For tests and operators; O(n).
+    pub fn physical_counts(&self) -> Result<(u64, u64)> {
+        let mut n = [0u64; 2];
+        for (i, cf) in [Cf::Records, Cf::Expiry].into_iter().enumerate() {
+            self.inner.engine.scan(cf, &[], None, |_, _| {
+                n[i] += 1;
+                true
+            })?;
+        }
+        Ok((n[0], n[1]))
+    }
+
+    /// The store's current time: the clock's reading, never earlier than a reading seen before.
+    pub fn now(&self) -> Millis {
+        self.inner
+            .engine
+            .observe_time(self.inner.cfg.clock.now_millis())
+    }
+
+    /// Stops the background sweeper, syncs the WAL and closes the database. Dropping the last
+    /// clone does the same; `close` reports errors and waits until the directory can be reopened.
+    pub fn close(self) -> Result<()> {
+        self.stop_sweeper();
+        self.inner.engine.sync_wal()?;
+        drop(self);
+        Ok(())
+    }
+
+    fn next_fence(&self) -> u64 {
+        self.inner.next_fence.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn lock(&self, rkey: &[u8]) -> MutexGuard<'_, ()> {
+        let i = crc32fast::hash(rkey) as usize & (self.inner.locks.len() - 1);
+        self.inner.locks[i].lock()
+    }
+
+    fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
+        self.inner
+            .engine
+            .get_with(Cf::Records, rkey, |v| v.map(codec::decode_record).transpose())?
+    }
+
+    /// Writes `new` for `rkey` in one batch: the record, its index entry (replacing `old`'s if
+    /// either expiry or fence changed) and, when `fence_issued`, the fence high-water mark.
+    fn write_record(
+        &self,
+        rkey: &[u8],
+        old: Option<&Record>,
+        new: &Record,
+        fence_issued: bool,
+    ) -> Result<()> {
+        let mut batch = self.inner.engine.batch();
+        batch.put(Cf::Records, rkey, &codec::encode_record(new));
+        let new_index = codec::index_key(new.expires_at, new.fence, rkey);
+        let old_index = old.map(|o| codec::index_key(o.expires_at, o.fence, rkey));
+        if old_index.as_deref() != Some(new_index.as_slice()) {
+            if let Some(o) = old_index {
+                batch.delete(Cf::Expiry, &o);
+            }
+            batch.put(Cf::Expiry, &new_index, &[]);
+        }
+        if fence_issued {
+            batch.merge(Cf::Meta, META_FENCE, &new.fence.to_be_bytes());
+        }
+        self.inner.engine.write(batch)
+    }
+
+    fn with_lease<T>(
+        &self,
+        lease: &Lease,
+        f: impl FnOnce(&mut Record, Millis) -> Result<T>,
+    ) -> Result<std::result::Result<T, LeaseLost>> {
+        if lease.store_id != self.inner.store_id {
+            return Err(Error::ForeignLease);
+        }
+        let rkey = codec::record_key(&lease.tenant, &lease.key);
+        let guard = self.lock(&rkey);
+        let now = self.now();
+        let old = self.load(&rkey)?.filter(|r| r.expires_at > now);
+        let lost = match &old {
+            None => Some(LeaseLost::Gone),
+            Some(rec) => match rec.state {
+                State::Completed { .. } | State::Failed { .. } => Some(LeaseLost::Finished),
+                State::Released => Some(LeaseLost::Released),
+                State::Pending { .. } if rec.fence != lease.fence => Some(LeaseLost::TakenOver {
+                    current_fence: rec.fence,
+                }),
+                State::Pending { .. } => None,
+            },
+        };
+        if let Some(lost) = lost {
+            Metrics::bump(&self.inner.metrics.lease_lost);
+            return Ok(Err(lost));
+        }
+        let Some(old) = old else {
+            return Ok(Err(LeaseLost::Gone));
+        };
+        let mut new = old.clone();
+        let out = f(&mut new, now)?;
+        self.write_record(&rkey, Some(&old), &new, false)?;
+        drop(guard);
+        if !matches!(new.state, State::Pending { .. }) {
+            self.notify_finished();
+        }
+        Ok(Ok(out))
+    }
+
+    fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
+        let cfg = &self.inner.cfg;
+        for (field, v, max) in [
+            ("tenant", tenant, cfg.max_tenant_len),
+            ("key", key, cfg.max_key_len),
+        ] {
+            if v.is_empty() {
+                return Err(InvalidInput::Empty { field }.into());
+            }
+            if v.len() > max {
+                return Err(InvalidInput::TooLong {
+                    field,
+                    len: v.len(),
+                    max,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
+        let max = self.inner.cfg.max_response_bytes;
+        if len > max {
+            return Err(InvalidInput::TooLarge { what, len, max }.into());
+        }
+        Ok(())
+    }
+
+    fn notify_finished(&self) {
+        if self.inner.waiters.load(Ordering::SeqCst) > 0 {
+            let (m, cv) = &self.inner.finished;
+            *m.lock() += 1;
+            cv.notify_all();
+        }
+    }
+
+    fn wait_for_finish(&self, at_most: Duration) {
+        let (m, cv) = &self.inner.finished;
+        self.inner.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = m.lock();
+        let _ = cv.wait_for(&mut g, at_most);
+        drop(g);
+        self.inner.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn start_sweeper(&self, every: Duration) {
+        let (tx, rx) = mpsc::channel::<()>();
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let handle = std::thread::Builder::new()
+            .name("idemdb-sweeper".into())
+            .spawn(move || loop {
+                match rx.recv_timeout(every) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                let store = Store { inner };
+                // A failed sweep is retried next time; expired records stay invisible meanwhile.
+                while matches!(store.sweep(10_000), Ok(n) if n == 10_000) {}
+            });
+        if let Ok(h) = handle {
+            *self.inner.sweeper.lock() = Some((tx, h));
+        }
+    }
+
+    fn stop_sweeper(&self) {
+        self.inner.stop_sweeper();
+    }
+}
+
+impl Inner {
+    fn stop_sweeper(&self) {
+        if let Some((tx, h)) = self.sweeper.lock().take() {
+            drop(tx);
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_sweeper();
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.cfg.path)
+            .field("durability", &self.inner.cfg.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks (or, for a new store, writes) the format marker; returns the store id.
+fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
+    let format = engine.get(Cf::Meta, META_FORMAT)?;
+    match format.as_deref() {
+        Some([v]) if *v == codec::FORMAT => {}
+        Some(other) => {
+            return Err(Error::IncompatibleFormat {
+                found: format!("format marker {other:?}"),
+                expected: codec::FORMAT,
+            })
+        }
+        None => {
+            let mut empty = true;
+            for cf in [Cf::Records, Cf::Expiry, Cf::Versions] {
+                engine.scan(cf, &[], None, |_, _| {
+                    empty = false;
+                    false
+                })?;
+            }
+            if !created && !empty {
+                return Err(Error::IncompatibleFormat {
+                    found: "data without a format marker (not an idemdb store, or its meta \
+                            column family was lost)"
+                        .into(),
+                    expected: codec::FORMAT,
+                });
+            }
+            let id = crate::keys::random_u128();
+            let mut b = engine.batch();
+            b.put(Cf::Meta, META_STORE_ID, &id.to_be_bytes());
+            b.put(Cf::Meta, META_FORMAT, &[codec::FORMAT]);
+            engine.write_synced(b)?;
+            return Ok(id);
+        }
+    }
+    let id = engine
+        .get(Cf::Meta, META_STORE_ID)?
+        .and_then(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
+        .ok_or_else(|| corrupted("meta/store_id", "missing or not 16 bytes"))?;
+    Ok(u128::from_be_bytes(id))
+}

@@ -1,0 +1,383 @@
+//! The centerpiece: random operation sequences run against the store and a small in-memory
+//! reference model of the record API, over a tiny key space (2 tenants × 3 keys × 2 fingerprints)
+//! so that conflicts, takeovers, mismatches and expiries happen all the time. Every outcome is
+//! compared, and after every step the observable state of every key (`get`) must equal the model's,
+//! whether or not compaction, sweeps or reopen ran in between.
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use idemdb::{
+    Checkpoint, Claim, ClaimOptions, Config, Durability, FailKind, Lease, LeaseLost, ManualClock,
+    RecordInfo, RecordState, Replay, Response, Store,
+};
+use proptest::prelude::*;
+
+const TENANTS: [&str; 2] = ["a", "b"];
+const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+const FPS: [&[u8]; 2] = [b"fp0", b"fp1"];
+const MAX_LEASE_S: u64 = 100;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim { t: usize, k: usize, fp: usize, lease_s: u64, ret_s: u64 },
+    Complete { lease: usize, body: u8 },
+    FailRetry { lease: usize },
+    FailTerminal { lease: usize, body: u8 },
+    Renew { lease: usize, s: u64 },
+    Checkpoint { lease: usize, phase: u8 },
+    Forget { t: usize, k: usize },
+    Advance { s: u64 },
+    Sweep { limit: usize },
+    Compact,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..2usize, 0..3usize, 0..2usize, 1..40u64, 20..120u64).prop_map(|(t, k, fp, lease_s, ret_s)| {
+            Op::Claim { t, k, fp, lease_s: lease_s.min(ret_s), ret_s }
+        }),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(lease, body)| Op::Complete { lease, body }),
+        1 => any::<usize>().prop_map(|lease| Op::FailRetry { lease }),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(lease, body)| Op::FailTerminal { lease, body }),
+        1 => (any::<usize>(), 1..MAX_LEASE_S).prop_map(|(lease, s)| Op::Renew { lease, s }),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(lease, phase)| Op::Checkpoint { lease, phase }),
+        1 => (0..2usize, 0..3usize).prop_map(|(t, k)| Op::Forget { t, k }),
+        4 => (1..60u64).prop_map(|s| Op::Advance { s }),
+        1 => (1..4usize).prop_map(|limit| Op::Sweep { limit }),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum MState {
+    Pending { lease_until: u64 },
+    Released,
+    Completed(Response, u64),
+    Failed(Response, u64),
+}
+
+#[derive(Debug, Clone)]
+struct MRec {
+    fp: Vec<u8>,
+    created_at: u64,
+    expires_at: u64,
+    fence: u64,
+    attempts: u32,
+    takeovers: u32,
+    checkpoint: Option<Checkpoint>,
+    state: MState,
+}
+
+/// The reference model: obviously right, and nothing more.
+struct Model {
+    now: u64,
+    next_fence: u64,
+    recs: BTreeMap<(usize, usize), MRec>,
+}
+
+impl Model {
+    fn live(&self, id: (usize, usize)) -> Option<&MRec> {
+        self.recs.get(&id).filter(|r| r.expires_at > self.now)
+    }
+
+    fn claim(&mut self, id: (usize, usize), fp: &[u8], lease_s: u64, ret_s: u64) -> Outcome {
+        let now = self.now;
+        let lease_until = now + lease_s * 1000;
+        let Some(rec) = self.live(id).cloned() else {
+            let r = MRec {
+                fp: fp.to_vec(),
+                created_at: now,
+                expires_at: now + ret_s * 1000,
+                fence: self.next_fence,
+                attempts: 1,
+                takeovers: 0,
+                checkpoint: None,
+                state: MState::Pending { lease_until },
+            };
+            self.next_fence += 1;
+            let out = Outcome::Acquired { fence: r.fence, until: lease_until, attempt: 1, takeover: false, checkpoint: None };
+            self.recs.insert(id, r);
+            return out;
+        };
+        if rec.fp != fp {
+            return Outcome::Mismatch;
+        }
+        match rec.state {
+            MState::Completed(r, at) => Outcome::Completed(Replay { response: r, finished_at: at }),
+            MState::Failed(r, at) => Outcome::Failed(Replay { response: r, finished_at: at }),
+            MState::Pending { lease_until: u } if u > now => {
+                Outcome::InProgress(Duration::from_millis(u - now))
+            }
+            MState::Pending { .. } | MState::Released => {
+                let takeover = matches!(rec.state, MState::Pending { .. });
+                let fence = self.next_fence;
+                self.next_fence += 1;
+                let r = self.recs.get_mut(&id).expect("live record");
+                r.fence = fence;
+                r.attempts += 1;
+                r.takeovers += u32::from(takeover);
+                r.expires_at = r.expires_at.max(lease_until);
+                r.state = MState::Pending { lease_until };
+                Outcome::Acquired { fence, until: lease_until, attempt: r.attempts, takeover, checkpoint: r.checkpoint.clone() }
+            }
+        }
+    }
+
+    /// The lease-holder check shared by complete, fail, renew and checkpoint.
+    fn holder(&mut self, id: (usize, usize), fence: u64) -> Result<&mut MRec, LeaseLost> {
+        let now = self.now;
+        let Some(r) = self.recs.get_mut(&id).filter(|r| r.expires_at > now) else {
+            return Err(LeaseLost::Gone);
+        };
+        match r.state {
+            MState::Completed(..) | MState::Failed(..) => Err(LeaseLost::Finished),
+            MState::Released => Err(LeaseLost::Released),
+            MState::Pending { .. } if r.fence != fence => {
+                Err(LeaseLost::TakenOver { current_fence: r.fence })
+            }
+            MState::Pending { .. } => Ok(r),
+        }
+    }
+
+    fn info(&self, id: (usize, usize)) -> Option<RecordInfo> {
+        let r = self.live(id)?;
+        let state = match &r.state {
+            MState::Pending { lease_until } => RecordState::Pending { lease_until: *lease_until },
+            MState::Released => RecordState::Released,
+            MState::Completed(resp, at) => RecordState::Completed(Replay { response: resp.clone(), finished_at: *at }),
+            MState::Failed(resp, at) => RecordState::Failed(Replay { response: resp.clone(), finished_at: *at }),
+        };
+        Some(RecordInfo {
+            state,
+            fingerprint: r.fp.clone(),
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            fence: r.fence,
+            attempts: r.attempts,
+            takeovers: r.takeovers,
+            checkpoint: r.checkpoint.clone(),
+        })
+    }
+}
+
+/// A claim's outcome in comparable form (a real `Lease` is reduced to what the caller can see).
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Acquired { fence: u64, until: u64, attempt: u32, takeover: bool, checkpoint: Option<Checkpoint> },
+    Completed(Replay),
+    Failed(Replay),
+    InProgress(Duration),
+    Mismatch,
+}
+
+impl From<&Claim> for Outcome {
+    fn from(c: &Claim) -> Self {
+        match c {
+            Claim::Acquired(l) => Outcome::Acquired {
+                fence: l.fence(),
+                until: l.expires_at(),
+                attempt: l.attempt(),
+                takeover: l.is_takeover(),
+                checkpoint: l.checkpoint().cloned(),
+            },
+            Claim::Completed(r) => Outcome::Completed(r.clone()),
+            Claim::Failed(r) => Outcome::Failed(r.clone()),
+            Claim::InProgress { retry_after } => Outcome::InProgress(*retry_after),
+            Claim::Mismatch => Outcome::Mismatch,
+            other => panic!("unknown claim outcome {other:?}"),
+        }
+    }
+}
+
+static HISTOGRAM: Mutex<Option<BTreeMap<String, u64>>> = Mutex::new(None);
+
+fn count(name: String) {
+    let mut h = HISTOGRAM.lock().unwrap();
+    *h.get_or_insert_with(BTreeMap::new).entry(name).or_default() += 1;
+}
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> Store {
+    Config::new(dir)
+        .clock(clock.clone())
+        .durability(Durability::Buffered)
+        .sweep_interval(None)
+        .max_lease(Duration::from_secs(MAX_LEASE_S))
+        .open()
+        .unwrap()
+}
+
+fn resp(body: u8) -> Response {
+    Response::new(vec![body; usize::from(body % 7)]).with_status(200 + u16::from(body % 3))
+}
+
+fn lost_name(r: &Result<(), LeaseLost>) -> &'static str {
+    match r {
+        Ok(()) => "ok",
+        Err(LeaseLost::TakenOver { .. }) => "taken_over",
+        Err(LeaseLost::Finished) => "finished",
+        Err(LeaseLost::Released) => "released",
+        Err(LeaseLost::Gone) => "gone",
+        Err(_) => "other",
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let mut store = open(dir.path(), &clock);
+    let mut model = Model { now: 0, next_fence: 1, recs: BTreeMap::new() };
+    let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        model.now = store.now();
+        let ctx = format!("step {step}: {op:?}");
+        match op {
+            Op::Claim { t, k, fp, lease_s, ret_s } => {
+                let opts = ClaimOptions::default()
+                    .lease(Duration::from_secs(lease_s))
+                    .retention(Duration::from_secs(ret_s));
+                let got = store.claim(TENANTS[t], KEYS[k], FPS[fp], opts).unwrap();
+                let want = model.claim((t, k), FPS[fp], lease_s, ret_s);
+                assert_eq!(Outcome::from(&got), want, "{ctx}");
+                let name = match &want {
+                    Outcome::Acquired { takeover: true, .. } => "claim: takeover",
+                    Outcome::Acquired { attempt: 1, .. } => "claim: acquired new",
+                    Outcome::Acquired { .. } => "claim: acquired after release",
+                    Outcome::Completed(_) => "claim: replay completed",
+                    Outcome::Failed(_) => "claim: replay failure",
+                    Outcome::InProgress(_) => "claim: in progress",
+                    Outcome::Mismatch => "claim: mismatch",
+                };
+                count(name.into());
+                if let Claim::Acquired(l) = got {
+                    leases.push((l, (t, k)));
+                }
+            }
+            Op::Complete { lease, body } | Op::FailTerminal { lease, body } | Op::Checkpoint { lease, phase: body }
+                if leases.is_empty() => { let _ = (lease, body); }
+            Op::FailRetry { .. } | Op::Renew { .. } if leases.is_empty() => {}
+            Op::Complete { lease, body } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let got = store.complete(l, resp(body)).unwrap();
+                let now = model.now;
+                let want = model.holder(*id, l.fence()).map(|r| {
+                    r.checkpoint = None;
+                    r.state = MState::Completed(resp(body), now);
+                });
+                assert_eq!(got, want, "{ctx}");
+                count(format!("complete: {}", lost_name(&got)));
+            }
+            Op::FailRetry { lease } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let got = store.fail(l, FailKind::Retryable).unwrap();
+                let want = model.holder(*id, l.fence()).map(|r| r.state = MState::Released);
+                assert_eq!(got, want, "{ctx}");
+                count(format!("fail retryable: {}", lost_name(&got)));
+            }
+            Op::FailTerminal { lease, body } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let got = store.fail(l, FailKind::Terminal(resp(body))).unwrap();
+                let now = model.now;
+                let want = model.holder(*id, l.fence()).map(|r| {
+                    r.checkpoint = None;
+                    r.state = MState::Failed(resp(body), now);
+                });
+                assert_eq!(got, want, "{ctx}");
+                count(format!("fail terminal: {}", lost_name(&got)));
+            }
+            Op::Renew { lease, s } => {
+                let i = lease % leases.len();
+                let id = leases[i].1;
+                let fence = leases[i].0.fence();
+                let got = store.renew(&mut leases[i].0, Duration::from_secs(s)).unwrap();
+                let until = model.now + s * 1000;
+                let want = model.holder(id, fence).map(|r| {
+                    r.state = MState::Pending { lease_until: until };
+                    r.expires_at = r.expires_at.max(until);
+                });
+                assert_eq!(got, want, "{ctx}");
+                if got.is_ok() {
+                    assert_eq!(leases[i].0.expires_at(), until);
+                }
+                count(format!("renew: {}", lost_name(&got)));
+            }
+            Op::Checkpoint { lease, phase } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let cp = Checkpoint { phase: format!("phase-{phase}"), state: vec![phase; 3] };
+                let got = store.checkpoint(l, cp.phase.clone(), cp.state.clone()).unwrap();
+                let want = model.holder(*id, l.fence()).map(|r| r.checkpoint = Some(cp));
+                assert_eq!(got, want, "{ctx}");
+                count(format!("checkpoint: {}", lost_name(&got)));
+            }
+            Op::Forget { t, k } => {
+                let existed = store.forget(TENANTS[t], KEYS[k]).unwrap();
+                // Physically present (expired or not) unless sweep or compaction removed it, so
+                // only a live record is certain to be reported.
+                if model.live((t, k)).is_some() {
+                    assert!(existed, "{ctx}");
+                }
+                model.recs.remove(&(t, k));
+                count("forget".into());
+            }
+            Op::Advance { s } => {
+                clock.advance(Duration::from_secs(s));
+                count("advance clock".into());
+            }
+            Op::Sweep { limit } => {
+                store.sweep(limit).unwrap();
+                count("sweep".into());
+            }
+            Op::Compact => {
+                store.compact().unwrap();
+                count("compact".into());
+            }
+            Op::Reopen => {
+                drop(store);
+                store = open(dir.path(), &clock);
+                count("reopen".into());
+            }
+        }
+        // After every step the observable state equals the model's.
+        model.now = store.now();
+        for t in 0..TENANTS.len() {
+            for k in 0..KEYS.len() {
+                let got = store.get(TENANTS[t], KEYS[k]).unwrap();
+                assert_eq!(got, model.info((t, k)), "{ctx}: state of {}/{}", TENANTS[t], KEYS[k]);
+            }
+        }
+    }
+}
+
+#[test]
+fn store_matches_model() {
+    let cases = std::env::var("IDEMDB_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let seqs = proptest::collection::vec(op(), 1..150);
+    if let Err(e) = runner.run(&seqs, |ops| {
+        run(ops);
+        Ok(())
+    }) {
+        panic!("the store diverged from the model: {e}");
+    }
+    let h = HISTOGRAM.lock().unwrap().clone().unwrap_or_default();
+    println!("outcome histogram over {cases} cases:");
+    for (k, v) in &h {
+        println!("  {k:<34} {v}");
+    }
+    // The run must have reached every operation and every outcome, or it proved little.
+    for must in [
+        "claim: acquired new", "claim: acquired after release", "claim: takeover",
+        "claim: replay completed", "claim: replay failure", "claim: in progress", "claim: mismatch",
+        "complete: ok", "complete: taken_over", "complete: finished", "complete: gone",
+        "fail retryable: ok", "fail terminal: ok", "renew: ok", "checkpoint: ok",
+        "forget", "advance clock", "sweep", "compact", "reopen",
+    ] {
+        assert!(h.get(must).copied().unwrap_or(0) > 0, "the model test never reached {must:?}: {h:?}");
+    }
+}
