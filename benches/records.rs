@@ -41,7 +41,10 @@ fn bare_rocksdb(dir: &std::path::Path) -> rocksdb::DB {
 fn claim_complete(c: &mut Criterion) {
     let mut g = c.benchmark_group("claim_complete");
     g.throughput(Throughput::Elements(1));
-    for (name, d) in [("buffered", Durability::Buffered), ("synced", Durability::Synced)] {
+    for (name, d) in [
+        ("buffered", Durability::Buffered),
+        ("synced", Durability::Synced),
+    ] {
         if d == Durability::Synced {
             g.sample_size(10).measurement_time(Duration::from_secs(5));
         }
@@ -50,34 +53,46 @@ fn claim_complete(c: &mut Criterion) {
         let n = AtomicU64::new(0);
         let fp = [7u8; 32];
         let resp = Response::new(vec![1u8; RESPONSE]).with_status(201);
-        g.bench_function(BenchmarkId::new("idemdb", format!("{name}/resp={RESPONSE}")), |b| {
-            b.iter(|| {
-                let key = format!("key-{}", n.fetch_add(1, Ordering::Relaxed));
-                let Claim::Acquired(l) = store.claim("bench", &key, fp, ClaimOptions::default()).unwrap() else {
-                    panic!()
-                };
-                store.complete(&l, resp.clone()).unwrap().unwrap();
-            })
-        });
+        g.bench_function(
+            BenchmarkId::new("idemdb", format!("{name}/resp={RESPONSE}")),
+            |b| {
+                b.iter(|| {
+                    let key = format!("key-{}", n.fetch_add(1, Ordering::Relaxed));
+                    let Claim::Acquired(l) = store
+                        .claim("bench", &key, fp, ClaimOptions::default())
+                        .unwrap()
+                    else {
+                        panic!()
+                    };
+                    store.complete(&l, resp.clone()).unwrap().unwrap();
+                })
+            },
+        );
         let dir = tempfile::tempdir().unwrap();
         let db = bare_rocksdb(dir.path());
         let mut wo = rocksdb::WriteOptions::default();
         wo.set_sync(d == Durability::Synced);
         let value = vec![1u8; RESPONSE + 64];
-        g.bench_function(BenchmarkId::new("bare_rocksdb_get_put_put", format!("{name}/resp={RESPONSE}")), |b| {
-            let rec = db.cf_handle("records").unwrap();
-            let idx = db.cf_handle("expiry").unwrap();
-            let ro = rocksdb::ReadOptions::default();
-            b.iter(|| {
-                let key = format!("key-{}", n.fetch_add(1, Ordering::Relaxed));
-                assert!(db.get_pinned_cf_opt(rec, &key, &ro).unwrap().is_none());
-                let mut batch = rocksdb::WriteBatch::default();
-                batch.put_cf(rec, &key, &value[..64]);
-                batch.put_cf(idx, &key, b"");
-                db.write_opt(batch, &wo).unwrap();
-                db.put_cf_opt(rec, &key, &value, &wo).unwrap();
-            })
-        });
+        g.bench_function(
+            BenchmarkId::new(
+                "bare_rocksdb_get_put_put",
+                format!("{name}/resp={RESPONSE}"),
+            ),
+            |b| {
+                let rec = db.cf_handle("records").unwrap();
+                let idx = db.cf_handle("expiry").unwrap();
+                let ro = rocksdb::ReadOptions::default();
+                b.iter(|| {
+                    let key = format!("key-{}", n.fetch_add(1, Ordering::Relaxed));
+                    assert!(db.get_pinned_cf_opt(rec, &key, &ro).unwrap().is_none());
+                    let mut batch = rocksdb::WriteBatch::default();
+                    batch.put_cf(rec, &key, &value[..64]);
+                    batch.put_cf(idx, &key, b"");
+                    db.write_opt(batch, &wo).unwrap();
+                    db.put_cf_opt(rec, &key, &value, &wo).unwrap();
+                })
+            },
+        );
     }
     g.finish();
 }
@@ -86,13 +101,19 @@ fn replay_and_in_progress(c: &mut Criterion) {
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(1));
     let keys = 10_000u64;
-    for (name, d) in [("buffered", Durability::Buffered), ("synced", Durability::Synced)] {
+    for (name, d) in [
+        ("buffered", Durability::Buffered),
+        ("synced", Durability::Synced),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path(), d);
         let fp = [7u8; 32];
         let resp = Response::new(vec![1u8; RESPONSE]).with_status(201);
         for i in 0..keys {
-            let Claim::Acquired(l) = store.claim("bench", format!("key-{i}"), fp, ClaimOptions::default()).unwrap() else {
+            let Claim::Acquired(l) = store
+                .claim("bench", format!("key-{i}"), fp, ClaimOptions::default())
+                .unwrap()
+            else {
                 panic!()
             };
             if i % 2 == 0 {
@@ -100,39 +121,58 @@ fn replay_and_in_progress(c: &mut Criterion) {
             }
         }
         let n = AtomicU64::new(0);
-        g.bench_function(BenchmarkId::new("completed_key", format!("{name}/keys={keys}")), |b| {
-            b.iter(|| {
-                let i = (n.fetch_add(1, Ordering::Relaxed) % (keys / 2)) * 2;
-                match store.claim("bench", format!("key-{i}"), fp, ClaimOptions::default()).unwrap() {
-                    Claim::Completed(r) => r,
-                    _ => panic!(),
-                }
-            })
-        });
-        g.bench_function(BenchmarkId::new("in_progress_key", format!("{name}/keys={keys}")), |b| {
-            b.iter(|| {
-                let i = (n.fetch_add(1, Ordering::Relaxed) % (keys / 2)) * 2 + 1;
-                match store.claim("bench", format!("key-{i}"), fp, ClaimOptions::default()).unwrap() {
-                    Claim::InProgress { retry_after } => retry_after,
-                    _ => panic!(),
-                }
-            })
-        });
+        g.bench_function(
+            BenchmarkId::new("completed_key", format!("{name}/keys={keys}")),
+            |b| {
+                b.iter(|| {
+                    let i = (n.fetch_add(1, Ordering::Relaxed) % (keys / 2)) * 2;
+                    match store
+                        .claim("bench", format!("key-{i}"), fp, ClaimOptions::default())
+                        .unwrap()
+                    {
+                        Claim::Completed(r) => r,
+                        _ => panic!(),
+                    }
+                })
+            },
+        );
+        g.bench_function(
+            BenchmarkId::new("in_progress_key", format!("{name}/keys={keys}")),
+            |b| {
+                b.iter(|| {
+                    let i = (n.fetch_add(1, Ordering::Relaxed) % (keys / 2)) * 2 + 1;
+                    match store
+                        .claim("bench", format!("key-{i}"), fp, ClaimOptions::default())
+                        .unwrap()
+                    {
+                        Claim::InProgress { retry_after } => retry_after,
+                        _ => panic!(),
+                    }
+                })
+            },
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let db = bare_rocksdb(dir.path());
     let rec = db.cf_handle("records").unwrap();
     for i in 0..keys {
-        db.put_cf(rec, format!("key-{i}"), vec![1u8; RESPONSE + 64]).unwrap();
+        db.put_cf(rec, format!("key-{i}"), vec![1u8; RESPONSE + 64])
+            .unwrap();
     }
     let n = AtomicU64::new(0);
     let ro = rocksdb::ReadOptions::default();
-    g.bench_function(BenchmarkId::new("bare_rocksdb_point_read", format!("keys={keys}")), |b| {
-        b.iter(|| {
-            let i = n.fetch_add(1, Ordering::Relaxed) % keys;
-            db.get_pinned_cf_opt(rec, format!("key-{i}"), &ro).unwrap().unwrap().len()
-        })
-    });
+    g.bench_function(
+        BenchmarkId::new("bare_rocksdb_point_read", format!("keys={keys}")),
+        |b| {
+            b.iter(|| {
+                let i = n.fetch_add(1, Ordering::Relaxed) % keys;
+                db.get_pinned_cf_opt(rec, format!("key-{i}"), &ro)
+                    .unwrap()
+                    .unwrap()
+                    .len()
+            })
+        },
+    );
     g.finish();
 }
 

@@ -78,6 +78,10 @@ impl Clock for ManualClock {
 /// becomes zero.
 pub(crate) fn duration_millis(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let ms = if d.as_nanos() % 1_000_000 != 0 { ms + 1 } else { ms };
+    let ms = if !d.as_nanos().is_multiple_of(1_000_000) {
+        ms + 1
+    } else {
+        ms
+    };
     u64::try_from(ms).unwrap_or(u64::MAX)
 }

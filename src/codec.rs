@@ -18,8 +18,8 @@ fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }
 
-/// `[u16 BE len][tenant][u16 BE len][key]`. Lengths are validated (≤ 4096) before this is called.
-pub(crate) fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
+/// The record key of (tenant, key): `[u16 BE len][tenant][u16 BE len][key]`. Lengths are validated (≤ 4096) before this is called.
+pub fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + tenant.len() + key.len());
     push_part(&mut out, tenant);
     push_part(&mut out, key);
@@ -33,7 +33,7 @@ fn push_part(out: &mut Vec<u8>, part: &[u8]) {
 }
 
 /// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
-pub(crate) fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+pub fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (tenant, rest) = take_part(bytes)?;
     let (key, rest) = take_part(rest)?;
     rest.is_empty().then_some((tenant, key))
@@ -58,7 +58,7 @@ pub(crate) fn index_key(expires_at: Millis, fence: u64, record_key: &[u8]) -> Ve
 
 /// The smallest index key whose expiry is `t`: every entry below it expired before `t`.
 pub(crate) fn index_bound(t: Millis) -> [u8; 16] {
-    ulid::Ulid::from_parts(t.min(ulid::Ulid::MAX.timestamp_ms()), 0).to_bytes()
+    ulid::Ulid::from_parts(t.min((1 << 48) - 1), 0).to_bytes()
 }
 
 /// Splits an index key into (expiry time, record key).
@@ -85,10 +85,16 @@ pub(crate) fn encode_record(rec: &Record) -> Vec<u8> {
 /// Checks format and checksum and returns (expires_at, body).
 fn open_envelope(bytes: &[u8]) -> Result<(Millis, &[u8])> {
     let Some((payload, crc)) = bytes.split_last_chunk::<TRAILER>() else {
-        return Err(corrupted("record", format!("{} bytes is too short", bytes.len())));
+        return Err(corrupted(
+            "record",
+            format!("{} bytes is too short", bytes.len()),
+        ));
     };
     if payload.len() < HEADER {
-        return Err(corrupted("record", format!("{} bytes is too short", bytes.len())));
+        return Err(corrupted(
+            "record",
+            format!("{} bytes is too short", bytes.len()),
+        ));
     }
     let expected = u32::from_be_bytes(*crc);
     let actual = crc32fast::hash(payload);
@@ -101,7 +107,10 @@ fn open_envelope(bytes: &[u8]) -> Result<(Millis, &[u8])> {
     let (head, body) = payload.split_at(HEADER);
     let (fmt, exp) = head.split_at(1);
     if fmt != [FORMAT] {
-        return Err(corrupted("record", format!("unknown value format {:?}", fmt)));
+        return Err(corrupted(
+            "record",
+            format!("unknown value format {:?}", fmt),
+        ));
     }
     let mut e = [0u8; 8];
     e.copy_from_slice(exp);
@@ -135,6 +144,7 @@ pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
     use crate::record::State;

@@ -192,10 +192,16 @@ impl Config {
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(InvalidInput::Config(m).into());
         if !(1..=4096).contains(&self.max_key_len) {
-            return bad(format!("max_key_len {} is not in 1..=4096", self.max_key_len));
+            return bad(format!(
+                "max_key_len {} is not in 1..=4096",
+                self.max_key_len
+            ));
         }
         if !(1..=4096).contains(&self.max_tenant_len) {
-            return bad(format!("max_tenant_len {} is not in 1..=4096", self.max_tenant_len));
+            return bad(format!(
+                "max_tenant_len {} is not in 1..=4096",
+                self.max_tenant_len
+            ));
         }
         if !(1..=64 << 20).contains(&self.max_response_bytes) {
             return bad(format!(

@@ -214,7 +214,10 @@ impl Engine {
 
     fn write_with(&self, batch: Batch<'_>, wo: &WriteOptions) -> Result<()> {
         if let Some(cf) = batch.missing_cf {
-            return Err(Error::Engine(format!("column family {} is not open", cf.name())));
+            return Err(Error::Engine(format!(
+                "column family {} is not open",
+                cf.name()
+            )));
         }
         self.db.write_opt(batch.inner, wo).map_err(classify)
     }
@@ -263,10 +266,7 @@ impl Engine {
     /// Flushes memtables and compacts every column family down to the last level, so the
     /// compaction filters see every key.
     pub(crate) fn compact_all(&self) -> Result<()> {
-        let handles: Vec<_> = Cf::ALL
-            .iter()
-            .map(|&c| self.cf(c))
-            .collect::<Result<_>>()?;
+        let handles: Vec<_> = Cf::ALL.iter().map(|&c| self.cf(c)).collect::<Result<_>>()?;
         self.db
             .flush_cfs_opt(&handles, &FlushOptions::default())
             .map_err(classify)?;
@@ -376,7 +376,11 @@ fn cf_options(
 /// Merge operator for monotone u64 counters (the fence high-water mark): the result is the largest
 /// well-formed 8-byte big-endian operand. Malformed operands are ignored rather than failing, since
 /// a failed merge would turn the whole database read-only. Total, deterministic, clock-free.
-fn max_u64_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+fn max_u64_merge(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
     let max = existing
         .into_iter()
         .chain(operands)

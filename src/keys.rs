@@ -16,7 +16,9 @@ pub fn mint_key(clock: &dyn Clock) -> String {
 
 /// 128 random bits from the standard library's per-process random hasher keys.
 pub(crate) fn random_u128() -> u128 {
-    let a = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let a = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(a);
     (u128::from(a) << 64) | u128::from(h.finish())
@@ -47,16 +49,16 @@ fn digest(parts: &[&[u8]]) -> [u8; 32] {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    use std::fmt::Write;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 15)]));
+        let _ = write!(s, "{b:02x}");
     }
     s
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

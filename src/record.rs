@@ -50,7 +50,12 @@ impl Response {
 
     /// Bytes counted against `max_response_bytes`: the body plus every metadata key and value.
     pub fn size(&self) -> usize {
-        self.body.len() + self.meta.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        self.body.len()
+            + self
+                .meta
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
     }
 }
 

@@ -15,12 +15,14 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::clock::{duration_millis, Millis};
 use crate::codec;
 use crate::config::Config;
-use crate::engine::{Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID};
+use crate::engine::{
+    Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID,
+};
 use crate::error::{corrupted, Error, InvalidInput, Result};
 use crate::metrics::{Metrics, Stats};
 use crate::record::{
-    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record, RecordInfo,
-    Replay, Response, State,
+    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
+    RecordInfo, Replay, Response, State,
 };
 
 /// Longest request fingerprint accepted, in bytes.
@@ -71,9 +73,8 @@ impl Store {
     /// Opens the store described by `cfg` (see [`Config`]).
     pub fn open(cfg: Config) -> Result<Store> {
         cfg.validate()?;
-        std::fs::create_dir_all(&cfg.path).map_err(|e| {
-            Error::Io(format!("cannot create {}: {e}", cfg.path.display()))
-        })?;
+        std::fs::create_dir_all(&cfg.path)
+            .map_err(|e| Error::Io(format!("cannot create {}: {e}", cfg.path.display())))?;
         let (engine, created) = Engine::open(
             &cfg.path,
             &EngineOptions {
@@ -217,7 +218,9 @@ impl Store {
             Metrics::bump(&m.takeover);
         }
         let State::Pending { lease_until } = new.state else {
-            return Err(Error::Engine("claim built a record that is not pending".into()));
+            return Err(Error::Engine(
+                "claim built a record that is not pending".into(),
+            ));
         };
         Ok(Claim::Acquired(Lease {
             tenant: tenant.to_vec(),
@@ -375,7 +378,11 @@ impl Store {
     }
 
     /// An operator's view of a record, or `None` if absent or expired.
-    pub fn get(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<Option<RecordInfo>> {
+    pub fn get(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<RecordInfo>> {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.check_names(tenant, key)?;
         let now = self.now();
@@ -397,7 +404,10 @@ impl Store {
         let mut batch = self.inner.engine.batch();
         batch.delete(Cf::Records, &rkey);
         if let Ok(rec) = codec::decode_record(&raw) {
-            batch.delete(Cf::Expiry, &codec::index_key(rec.expires_at, rec.fence, &rkey));
+            batch.delete(
+                Cf::Expiry,
+                &codec::index_key(rec.expires_at, rec.fence, &rkey),
+            );
         }
         self.inner.engine.write(batch)?;
         Metrics::bump(&self.inner.metrics.forgotten);
@@ -409,13 +419,18 @@ impl Store {
     /// drops stale index entries met on the way. Returns how many records were deleted. A record
     /// whose expiry was extended is never deleted by its old index entry.
     pub fn sweep(&self, limit: usize) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
         let now = self.now();
         let upper = codec::index_bound(now.saturating_add(1));
         let mut entries = Vec::new();
-        self.inner.engine.scan(Cf::Expiry, &[], Some(&upper), |k, _| {
-            entries.push(k.to_vec());
-            entries.len() < limit
-        })?;
+        self.inner
+            .engine
+            .scan(Cf::Expiry, &[], Some(&upper), |k, _| {
+                entries.push(k.to_vec());
+                entries.len() < limit
+            })?;
         let mut swept = 0;
         for entry in entries {
             let mut batch = self.inner.engine.batch();
@@ -482,14 +497,15 @@ impl Store {
     /// Counts the records physically present (expired or not) by iterating the records column
     /// family, and the index entries. For tests and operators; O(n).
     pub fn physical_counts(&self) -> Result<(u64, u64)> {
-        let mut n = [0u64; 2];
-        for (i, cf) in [Cf::Records, Cf::Expiry].into_iter().enumerate() {
+        let count = |cf| -> Result<u64> {
+            let mut n = 0;
             self.inner.engine.scan(cf, &[], None, |_, _| {
-                n[i] += 1;
+                n += 1;
                 true
             })?;
-        }
-        Ok((n[0], n[1]))
+            Ok(n)
+        };
+        Ok((count(Cf::Records)?, count(Cf::Expiry)?))
     }
 
     /// The store's current time: the clock's reading, never earlier than a reading seen before.
@@ -514,13 +530,15 @@ impl Store {
 
     fn lock(&self, rkey: &[u8]) -> MutexGuard<'_, ()> {
         let i = crc32fast::hash(rkey) as usize & (self.inner.locks.len() - 1);
+        // In bounds: the stripe count is a power of two (validated) and `i` is masked by it.
+        #[allow(clippy::indexing_slicing)]
         self.inner.locks[i].lock()
     }
 
     fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
-        self.inner
-            .engine
-            .get_with(Cf::Records, rkey, |v| v.map(codec::decode_record).transpose())?
+        self.inner.engine.get_with(Cf::Records, rkey, |v| {
+            v.map(codec::decode_record).transpose()
+        })?
     }
 
     /// Writes `new` for `rkey` in one batch: the record, its index entry (replacing `old`'s if

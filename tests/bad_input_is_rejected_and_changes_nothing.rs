@@ -26,19 +26,35 @@ fn hostile_arguments_get_typed_errors() {
     let long_key = "k".repeat(256);
     let long_tenant = "t".repeat(65);
 
-    assert!(matches!(invalid(store.claim("", "k", b"", d)), InvalidInput::Empty { field: "tenant" }));
-    assert!(matches!(invalid(store.claim("t", "", b"", d)), InvalidInput::Empty { field: "key" }));
+    assert!(matches!(
+        invalid(store.claim("", "k", b"", d)),
+        InvalidInput::Empty { field: "tenant" }
+    ));
+    assert!(matches!(
+        invalid(store.claim("t", "", b"", d)),
+        InvalidInput::Empty { field: "key" }
+    ));
     assert!(matches!(
         invalid(store.claim("t", &long_key, b"", d)),
-        InvalidInput::TooLong { field: "key", len: 256, max: 255 }
+        InvalidInput::TooLong {
+            field: "key",
+            len: 256,
+            max: 255
+        }
     ));
     assert!(matches!(
         invalid(store.claim(&long_tenant, "k", b"", d)),
-        InvalidInput::TooLong { field: "tenant", .. }
+        InvalidInput::TooLong {
+            field: "tenant",
+            ..
+        }
     ));
     assert!(matches!(
         invalid(store.claim("t", "k2", vec![0u8; 2000], d)),
-        InvalidInput::TooLarge { what: "fingerprint", .. }
+        InvalidInput::TooLarge {
+            what: "fingerprint",
+            ..
+        }
     ));
     for opts in [
         d.lease(Duration::ZERO),
@@ -46,7 +62,8 @@ fn hostile_arguments_get_typed_errors() {
         d.lease(Duration::from_secs(25 * 3600)),
         d.retention(Duration::MAX),
         d.lease(Duration::MAX),
-        d.lease(Duration::from_secs(7200)).retention(Duration::from_secs(3600)),
+        d.lease(Duration::from_secs(7200))
+            .retention(Duration::from_secs(3600)),
     ] {
         assert!(matches!(
             invalid(store.claim("t", "k2", b"", opts)),
@@ -55,25 +72,53 @@ fn hostile_arguments_get_typed_errors() {
     }
     assert!(matches!(
         invalid(store.complete(&l, Response::new(vec![0u8; 1001]))),
-        InvalidInput::TooLarge { what: "response", len: 1001, max: 1000 }
+        InvalidInput::TooLarge {
+            what: "response",
+            len: 1001,
+            max: 1000
+        }
     ));
     assert!(matches!(
-        invalid(store.complete(&l, Response::new(vec![0u8; 990]).with_meta("content-type", "x"))),
+        invalid(store.complete(
+            &l,
+            Response::new(vec![0u8; 990]).with_meta("content-type", "x")
+        )),
         InvalidInput::TooLarge { .. }
     ));
     assert!(matches!(
         invalid(store.checkpoint(&l, "p", vec![0u8; 1000])),
-        InvalidInput::TooLarge { what: "checkpoint", .. }
+        InvalidInput::TooLarge {
+            what: "checkpoint",
+            ..
+        }
     ));
     assert!(matches!(
-        invalid(store.fail(&l, idemdb::FailKind::Terminal(Response::new(vec![0u8; 5000])))),
-        InvalidInput::TooLarge { what: "failure", .. }
+        invalid(store.fail(
+            &l,
+            idemdb::FailKind::Terminal(Response::new(vec![0u8; 5000]))
+        )),
+        InvalidInput::TooLarge {
+            what: "failure",
+            ..
+        }
     ));
     let mut l2 = l.clone();
-    assert!(matches!(invalid(store.renew(&mut l2, Duration::ZERO)), InvalidInput::Duration { .. }));
-    assert!(matches!(invalid(store.renew(&mut l2, Duration::MAX)), InvalidInput::Duration { .. }));
-    assert!(matches!(invalid(store.get("", "k")), InvalidInput::Empty { .. }));
-    assert!(matches!(invalid(store.forget("t", &long_key)), InvalidInput::TooLong { .. }));
+    assert!(matches!(
+        invalid(store.renew(&mut l2, Duration::ZERO)),
+        InvalidInput::Duration { .. }
+    ));
+    assert!(matches!(
+        invalid(store.renew(&mut l2, Duration::MAX)),
+        InvalidInput::Duration { .. }
+    ));
+    assert!(matches!(
+        invalid(store.get("", "k")),
+        InvalidInput::Empty { .. }
+    ));
+    assert!(matches!(
+        invalid(store.forget("t", &long_key)),
+        InvalidInput::TooLong { .. }
+    ));
 
     // Nothing changed: the pending record is as it was, and no other key was created.
     assert_eq!(store.get("t", "k").unwrap(), before);
@@ -87,8 +132,14 @@ fn hostile_arguments_get_typed_errors() {
         panic!("non-UTF-8 key not acquired")
     };
     assert_eq!((raw.tenant(), raw.key()), (t, k));
-    store.complete(&raw, Response::new("bytes")).unwrap().unwrap();
-    assert!(matches!(store.claim(t, k, b"", d), Ok(idemdb::Claim::Completed(_))));
+    store
+        .complete(&raw, Response::new("bytes"))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        store.claim(t, k, b"", d),
+        Ok(idemdb::Claim::Completed(_))
+    ));
 }
 
 #[test]
@@ -100,7 +151,9 @@ fn bad_configuration_is_refused_before_touching_disk() {
         Config::new(&path).max_tenant_len(100_000),
         Config::new(&path).lock_stripes(1000),
         Config::new(&path).lease(Duration::ZERO),
-        Config::new(&path).lease(Duration::from_secs(7200)).retention(Duration::from_secs(3600)),
+        Config::new(&path)
+            .lease(Duration::from_secs(7200))
+            .retention(Duration::from_secs(3600)),
         Config::new(&path).max_response_bytes(0),
     ] {
         assert!(matches!(cfg.open(), Err(Error::InvalidInput(_))));

@@ -35,8 +35,19 @@ fn next_acquirer_receives_the_last_checkpoint() {
     // A retryable failure keeps the checkpoint for the next attempt too.
     store.fail(&second, FailKind::Retryable).unwrap().unwrap();
     let third = common::acquire(&store, "t", "order-1", b"fp");
-    assert_eq!(third.checkpoint().map(|c| c.phase.as_str()), Some("charged"));
+    assert_eq!(
+        third.checkpoint().map(|c| c.phase.as_str()),
+        Some("charged")
+    );
     assert!(!third.is_takeover());
-    store.complete(&third, Response::new("ok")).unwrap().unwrap();
-    assert!(store.get("t", "order-1").unwrap().unwrap().checkpoint.is_none());
+    store
+        .complete(&third, Response::new("ok"))
+        .unwrap()
+        .unwrap();
+    assert!(store
+        .get("t", "order-1")
+        .unwrap()
+        .unwrap()
+        .checkpoint
+        .is_none());
 }

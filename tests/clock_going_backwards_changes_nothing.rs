@@ -19,13 +19,21 @@ fn store_time_is_monotonic() {
     clock.set(t0 - 1_000_000);
     assert!(store.now() >= t0 + 11_000);
     // The first lease stays lost and the second stays live.
-    assert!(store.complete(&first, idemdb::Response::new("x")).unwrap().is_err());
+    assert!(store
+        .complete(&first, idemdb::Response::new("x"))
+        .unwrap()
+        .is_err());
     assert!(matches!(
-        store.claim("t", "k", b"fp", ClaimOptions::default()).unwrap(),
+        store
+            .claim("t", "k", b"fp", ClaimOptions::default())
+            .unwrap(),
         Claim::InProgress { .. }
     ));
     clock.advance(Duration::from_secs(3600 * 3));
     assert!(store.get("t", "k").unwrap().is_none());
     clock.set(t0);
-    assert!(store.get("t", "k").unwrap().is_none(), "expired stays expired");
+    assert!(
+        store.get("t", "k").unwrap().is_none(),
+        "expired stays expired"
+    );
 }

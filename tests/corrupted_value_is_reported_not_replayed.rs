@@ -17,7 +17,8 @@ fn rewrite_record(dir: &std::path::Path, f: impl Fn(&mut Vec<u8>)) {
 
 #[test]
 fn flipped_bits_and_truncation_are_detected() {
-    let cases: [(&str, fn(&mut Vec<u8>)); 3] = [
+    type Damage = fn(&mut Vec<u8>);
+    let cases: [(&str, Damage); 3] = [
         ("flipped bit in the body", |v| v[12] ^= 0x10),
         ("truncated", |v| v.truncate(v.len() / 2)),
         ("unknown format byte", |v| v[0] = 99),

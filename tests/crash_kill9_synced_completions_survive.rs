@@ -7,7 +7,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use idemdb::{Claim, ClaimOptions, Config, Durability, FailKind, ManualClock, RecordState, Response, SystemClock, Clock};
+use idemdb::{
+    Claim, ClaimOptions, Clock, Config, Durability, FailKind, ManualClock, RecordState, Response,
+    SystemClock,
+};
 
 const CHILD_ENV: &str = "IDEMDB_CRASH_CHILD_DIR";
 
@@ -18,8 +21,13 @@ fn body(i: u64) -> Vec<u8> {
 #[test]
 #[ignore = "the child side of crash_kill9; run by the parent test"]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
-    let start: u64 = std::env::var("IDEMDB_CRASH_START").unwrap().parse().unwrap();
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let start: u64 = std::env::var("IDEMDB_CRASH_START")
+        .unwrap()
+        .parse()
+        .unwrap();
     let store = Config::new(&dir)
         .durability(Durability::Synced)
         .sweep_interval(None)
@@ -28,12 +36,18 @@ fn crash_child() {
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let key = format!("k{i}");
-        let Claim::Acquired(lease) = store.claim("crash", &key, b"fp", ClaimOptions::default()).unwrap() else {
+        let Claim::Acquired(lease) = store
+            .claim("crash", &key, b"fp", ClaimOptions::default())
+            .unwrap()
+        else {
             panic!("fresh key not acquired")
         };
         let lease = if i % 5 == 0 {
             store.fail(&lease, FailKind::Retryable).unwrap().unwrap();
-            match store.claim("crash", &key, b"fp", ClaimOptions::default()).unwrap() {
+            match store
+                .claim("crash", &key, b"fp", ClaimOptions::default())
+                .unwrap()
+            {
                 Claim::Acquired(l) => l,
                 other => panic!("{other:?}"),
             }
@@ -46,7 +60,10 @@ fn crash_child() {
         if i % 7 == 0 {
             continue; // left pending, as a crashed worker would
         }
-        store.complete(&lease, Response::new(body(i)).with_status(201)).unwrap().unwrap();
+        store
+            .complete(&lease, Response::new(body(i)).with_status(201))
+            .unwrap()
+            .unwrap();
         writeln!(out, "ACK {i} {}", lease.fence()).unwrap();
         out.flush().unwrap();
     }
@@ -66,7 +83,13 @@ fn acknowledged_completions_survive_sigkill() {
     for iter in 0..iterations {
         let start = iter * 1_000_000;
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, dir.path())
             .env("IDEMDB_CRASH_START", start.to_string())
             .stdout(Stdio::piped())
@@ -102,7 +125,10 @@ fn acknowledged_completions_survive_sigkill() {
             .open()
             .unwrap();
         for &(i, fence) in &acked {
-            let info = store.get("crash", format!("k{i}")).unwrap().expect("acked record present");
+            let info = store
+                .get("crash", format!("k{i}"))
+                .unwrap()
+                .expect("acked record present");
             match info.state {
                 RecordState::Completed(r) => {
                     assert_eq!(r.response.body, body(i), "iteration {iter}: k{i} intact");
@@ -119,7 +145,10 @@ fn acknowledged_completions_survive_sigkill() {
             let key = format!("k{i}");
             if let Some(info) = store.get("crash", &key).unwrap() {
                 if let RecordState::Pending { .. } | RecordState::Released = info.state {
-                    match store.claim("crash", &key, b"fp", ClaimOptions::default()).unwrap() {
+                    match store
+                        .claim("crash", &key, b"fp", ClaimOptions::default())
+                        .unwrap()
+                    {
                         Claim::Acquired(l) => {
                             assert!(l.fence() > info.fence);
                             assert!(l.fence() > max_fence);
@@ -134,6 +163,13 @@ fn acknowledged_completions_survive_sigkill() {
         }
         store.close().unwrap();
     }
-    assert!(acked.len() as u64 > iterations, "the child made progress: {} acks", acked.len());
-    println!("crash test: {iterations} SIGKILLs, {} acknowledged completions verified", acked.len());
+    assert!(
+        acked.len() as u64 > iterations,
+        "the child made progress: {} acks",
+        acked.len()
+    );
+    println!(
+        "crash test: {iterations} SIGKILLs, {} acknowledged completions verified",
+        acked.len()
+    );
 }

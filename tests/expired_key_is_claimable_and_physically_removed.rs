@@ -23,7 +23,10 @@ fn expired_records_vanish_from_reads_at_once_and_from_disk_after_compaction() {
     }
     // One record with long retention that must survive everything below.
     let keep = common::acquire(&store, "t", "keep", b"fp");
-    store.complete(&keep, Response::new("kept")).unwrap().unwrap();
+    store
+        .complete(&keep, Response::new("kept"))
+        .unwrap()
+        .unwrap();
     store.compact().unwrap();
     assert_eq!(store.physical_counts().unwrap(), (201, 201));
 

@@ -14,7 +14,10 @@ fn takeover_after_lease_expiry_fences_out_the_first_holder() {
     let first = common::acquire(&store, "t", "k", b"fp");
 
     clock.advance(Duration::from_secs(5));
-    match store.claim("t", "k", b"fp", ClaimOptions::default()).unwrap() {
+    match store
+        .claim("t", "k", b"fp", ClaimOptions::default())
+        .unwrap()
+    {
         Claim::InProgress { retry_after } => assert_eq!(retry_after, Duration::from_secs(5)),
         other => panic!("live lease must block: {other:?}"),
     }

@@ -12,13 +12,17 @@ fn mismatch_is_reported_and_changes_nothing() {
     let store = common::open(dir.path(), &clock);
     let l = common::acquire(&store, "t", "k", b"fp-a");
     let pending = store.get("t", "k").unwrap();
-    let c = store.claim("t", "k", b"fp-b", ClaimOptions::default()).unwrap();
+    let c = store
+        .claim("t", "k", b"fp-b", ClaimOptions::default())
+        .unwrap();
     assert_eq!(c, Claim::Mismatch);
     assert_eq!(store.get("t", "k").unwrap(), pending);
 
     // Even after the lease expired, a different request cannot take the key over.
     clock.advance(Duration::from_secs(30));
-    let c = store.claim("t", "k", b"fp-b", ClaimOptions::default()).unwrap();
+    let c = store
+        .claim("t", "k", b"fp-b", ClaimOptions::default())
+        .unwrap();
     assert_eq!(c, Claim::Mismatch);
     assert_eq!(store.get("t", "k").unwrap(), pending);
 

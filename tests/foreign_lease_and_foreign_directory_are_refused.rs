@@ -8,10 +8,16 @@ mod common;
 fn lease_from_another_store_is_refused() {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let clock = ManualClock::default();
-    let (s1, s2) = (common::open(d1.path(), &clock), common::open(d2.path(), &clock));
+    let (s1, s2) = (
+        common::open(d1.path(), &clock),
+        common::open(d2.path(), &clock),
+    );
     let l1 = common::acquire(&s1, "t", "k", b"");
     let _l2 = common::acquire(&s2, "t", "k", b"");
-    assert_eq!(s2.complete(&l1, Response::new("x")), Err(Error::ForeignLease));
+    assert_eq!(
+        s2.complete(&l1, Response::new("x")),
+        Err(Error::ForeignLease)
+    );
     s1.complete(&l1, Response::new("x")).unwrap().unwrap();
 }
 

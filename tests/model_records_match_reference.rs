@@ -20,15 +20,42 @@ const MAX_LEASE_S: u64 = 100;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Claim { t: usize, k: usize, fp: usize, lease_s: u64, ret_s: u64 },
-    Complete { lease: usize, body: u8 },
-    FailRetry { lease: usize },
-    FailTerminal { lease: usize, body: u8 },
-    Renew { lease: usize, s: u64 },
-    Checkpoint { lease: usize, phase: u8 },
-    Forget { t: usize, k: usize },
-    Advance { s: u64 },
-    Sweep { limit: usize },
+    Claim {
+        t: usize,
+        k: usize,
+        fp: usize,
+        lease_s: u64,
+        ret_s: u64,
+    },
+    Complete {
+        lease: usize,
+        body: u8,
+    },
+    FailRetry {
+        lease: usize,
+    },
+    FailTerminal {
+        lease: usize,
+        body: u8,
+    },
+    Renew {
+        lease: usize,
+        s: u64,
+    },
+    Checkpoint {
+        lease: usize,
+        phase: u8,
+    },
+    Forget {
+        t: usize,
+        k: usize,
+    },
+    Advance {
+        s: u64,
+    },
+    Sweep {
+        limit: usize,
+    },
     Compact,
     Reopen,
 }
@@ -98,7 +125,13 @@ impl Model {
                 state: MState::Pending { lease_until },
             };
             self.next_fence += 1;
-            let out = Outcome::Acquired { fence: r.fence, until: lease_until, attempt: 1, takeover: false, checkpoint: None };
+            let out = Outcome::Acquired {
+                fence: r.fence,
+                until: lease_until,
+                attempt: 1,
+                takeover: false,
+                checkpoint: None,
+            };
             self.recs.insert(id, r);
             return out;
         };
@@ -106,8 +139,14 @@ impl Model {
             return Outcome::Mismatch;
         }
         match rec.state {
-            MState::Completed(r, at) => Outcome::Completed(Replay { response: r, finished_at: at }),
-            MState::Failed(r, at) => Outcome::Failed(Replay { response: r, finished_at: at }),
+            MState::Completed(r, at) => Outcome::Completed(Replay {
+                response: r,
+                finished_at: at,
+            }),
+            MState::Failed(r, at) => Outcome::Failed(Replay {
+                response: r,
+                finished_at: at,
+            }),
             MState::Pending { lease_until: u } if u > now => {
                 Outcome::InProgress(Duration::from_millis(u - now))
             }
@@ -121,7 +160,13 @@ impl Model {
                 r.takeovers += u32::from(takeover);
                 r.expires_at = r.expires_at.max(lease_until);
                 r.state = MState::Pending { lease_until };
-                Outcome::Acquired { fence, until: lease_until, attempt: r.attempts, takeover, checkpoint: r.checkpoint.clone() }
+                Outcome::Acquired {
+                    fence,
+                    until: lease_until,
+                    attempt: r.attempts,
+                    takeover,
+                    checkpoint: r.checkpoint.clone(),
+                }
             }
         }
     }
@@ -135,9 +180,9 @@ impl Model {
         match r.state {
             MState::Completed(..) | MState::Failed(..) => Err(LeaseLost::Finished),
             MState::Released => Err(LeaseLost::Released),
-            MState::Pending { .. } if r.fence != fence => {
-                Err(LeaseLost::TakenOver { current_fence: r.fence })
-            }
+            MState::Pending { .. } if r.fence != fence => Err(LeaseLost::TakenOver {
+                current_fence: r.fence,
+            }),
             MState::Pending { .. } => Ok(r),
         }
     }
@@ -145,10 +190,18 @@ impl Model {
     fn info(&self, id: (usize, usize)) -> Option<RecordInfo> {
         let r = self.live(id)?;
         let state = match &r.state {
-            MState::Pending { lease_until } => RecordState::Pending { lease_until: *lease_until },
+            MState::Pending { lease_until } => RecordState::Pending {
+                lease_until: *lease_until,
+            },
             MState::Released => RecordState::Released,
-            MState::Completed(resp, at) => RecordState::Completed(Replay { response: resp.clone(), finished_at: *at }),
-            MState::Failed(resp, at) => RecordState::Failed(Replay { response: resp.clone(), finished_at: *at }),
+            MState::Completed(resp, at) => RecordState::Completed(Replay {
+                response: resp.clone(),
+                finished_at: *at,
+            }),
+            MState::Failed(resp, at) => RecordState::Failed(Replay {
+                response: resp.clone(),
+                finished_at: *at,
+            }),
         };
         Some(RecordInfo {
             state,
@@ -166,7 +219,13 @@ impl Model {
 /// A claim's outcome in comparable form (a real `Lease` is reduced to what the caller can see).
 #[derive(Debug, Clone, PartialEq)]
 enum Outcome {
-    Acquired { fence: u64, until: u64, attempt: u32, takeover: bool, checkpoint: Option<Checkpoint> },
+    Acquired {
+        fence: u64,
+        until: u64,
+        attempt: u32,
+        takeover: bool,
+        checkpoint: Option<Checkpoint>,
+    },
     Completed(Replay),
     Failed(Replay),
     InProgress(Duration),
@@ -187,7 +246,6 @@ impl From<&Claim> for Outcome {
             Claim::Failed(r) => Outcome::Failed(r.clone()),
             Claim::InProgress { retry_after } => Outcome::InProgress(*retry_after),
             Claim::Mismatch => Outcome::Mismatch,
-            other => panic!("unknown claim outcome {other:?}"),
         }
     }
 }
@@ -228,13 +286,23 @@ fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::default();
     let mut store = open(dir.path(), &clock);
-    let mut model = Model { now: 0, next_fence: 1, recs: BTreeMap::new() };
+    let mut model = Model {
+        now: 0,
+        next_fence: 1,
+        recs: BTreeMap::new(),
+    };
     let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
         model.now = store.now();
         let ctx = format!("step {step}: {op:?}");
         match op {
-            Op::Claim { t, k, fp, lease_s, ret_s } => {
+            Op::Claim {
+                t,
+                k,
+                fp,
+                lease_s,
+                ret_s,
+            } => {
                 let opts = ClaimOptions::default()
                     .lease(Duration::from_secs(lease_s))
                     .retention(Duration::from_secs(ret_s));
@@ -255,8 +323,13 @@ fn run(ops: Vec<Op>) {
                     leases.push((l, (t, k)));
                 }
             }
-            Op::Complete { lease, body } | Op::FailTerminal { lease, body } | Op::Checkpoint { lease, phase: body }
-                if leases.is_empty() => { let _ = (lease, body); }
+            Op::Complete { lease, body }
+            | Op::FailTerminal { lease, body }
+            | Op::Checkpoint { lease, phase: body }
+                if leases.is_empty() =>
+            {
+                let _ = (lease, body);
+            }
             Op::FailRetry { .. } | Op::Renew { .. } if leases.is_empty() => {}
             Op::Complete { lease, body } => {
                 let (l, id) = &leases[lease % leases.len()];
@@ -272,7 +345,9 @@ fn run(ops: Vec<Op>) {
             Op::FailRetry { lease } => {
                 let (l, id) = &leases[lease % leases.len()];
                 let got = store.fail(l, FailKind::Retryable).unwrap();
-                let want = model.holder(*id, l.fence()).map(|r| r.state = MState::Released);
+                let want = model
+                    .holder(*id, l.fence())
+                    .map(|r| r.state = MState::Released);
                 assert_eq!(got, want, "{ctx}");
                 count(format!("fail retryable: {}", lost_name(&got)));
             }
@@ -291,7 +366,9 @@ fn run(ops: Vec<Op>) {
                 let i = lease % leases.len();
                 let id = leases[i].1;
                 let fence = leases[i].0.fence();
-                let got = store.renew(&mut leases[i].0, Duration::from_secs(s)).unwrap();
+                let got = store
+                    .renew(&mut leases[i].0, Duration::from_secs(s))
+                    .unwrap();
                 let until = model.now + s * 1000;
                 let want = model.holder(id, fence).map(|r| {
                     r.state = MState::Pending { lease_until: until };
@@ -305,9 +382,16 @@ fn run(ops: Vec<Op>) {
             }
             Op::Checkpoint { lease, phase } => {
                 let (l, id) = &leases[lease % leases.len()];
-                let cp = Checkpoint { phase: format!("phase-{phase}"), state: vec![phase; 3] };
-                let got = store.checkpoint(l, cp.phase.clone(), cp.state.clone()).unwrap();
-                let want = model.holder(*id, l.fence()).map(|r| r.checkpoint = Some(cp));
+                let cp = Checkpoint {
+                    phase: format!("phase-{phase}"),
+                    state: vec![phase; 3],
+                };
+                let got = store
+                    .checkpoint(l, cp.phase.clone(), cp.state.clone())
+                    .unwrap();
+                let want = model
+                    .holder(*id, l.fence())
+                    .map(|r| r.checkpoint = Some(cp));
                 assert_eq!(got, want, "{ctx}");
                 count(format!("checkpoint: {}", lost_name(&got)));
             }
@@ -341,10 +425,10 @@ fn run(ops: Vec<Op>) {
         }
         // After every step the observable state equals the model's.
         model.now = store.now();
-        for t in 0..TENANTS.len() {
-            for k in 0..KEYS.len() {
-                let got = store.get(TENANTS[t], KEYS[k]).unwrap();
-                assert_eq!(got, model.info((t, k)), "{ctx}: state of {}/{}", TENANTS[t], KEYS[k]);
+        for (t, tenant) in TENANTS.iter().enumerate() {
+            for (k, key) in KEYS.iter().enumerate() {
+                let got = store.get(tenant, key).unwrap();
+                assert_eq!(got, model.info((t, k)), "{ctx}: state of {tenant}/{key}");
             }
         }
     }
@@ -352,7 +436,10 @@ fn run(ops: Vec<Op>) {
 
 #[test]
 fn store_matches_model() {
-    let cases = std::env::var("IDEMDB_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96);
+    let cases = std::env::var("IDEMDB_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,
@@ -372,12 +459,30 @@ fn store_matches_model() {
     }
     // The run must have reached every operation and every outcome, or it proved little.
     for must in [
-        "claim: acquired new", "claim: acquired after release", "claim: takeover",
-        "claim: replay completed", "claim: replay failure", "claim: in progress", "claim: mismatch",
-        "complete: ok", "complete: taken_over", "complete: finished", "complete: gone",
-        "fail retryable: ok", "fail terminal: ok", "renew: ok", "checkpoint: ok",
-        "forget", "advance clock", "sweep", "compact", "reopen",
+        "claim: acquired new",
+        "claim: acquired after release",
+        "claim: takeover",
+        "claim: replay completed",
+        "claim: replay failure",
+        "claim: in progress",
+        "claim: mismatch",
+        "complete: ok",
+        "complete: taken_over",
+        "complete: finished",
+        "complete: gone",
+        "fail retryable: ok",
+        "fail terminal: ok",
+        "renew: ok",
+        "checkpoint: ok",
+        "forget",
+        "advance clock",
+        "sweep",
+        "compact",
+        "reopen",
     ] {
-        assert!(h.get(must).copied().unwrap_or(0) > 0, "the model test never reached {must:?}: {h:?}");
+        assert!(
+            h.get(must).copied().unwrap_or(0) > 0,
+            "the model test never reached {must:?}: {h:?}"
+        );
     }
 }

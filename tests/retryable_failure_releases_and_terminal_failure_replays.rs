@@ -21,11 +21,17 @@ fn retryable_releases_terminal_replays() {
         .unwrap()
         .unwrap();
     for _ in 0..3 {
-        match store.claim("t", "k", b"fp", ClaimOptions::default()).unwrap() {
+        match store
+            .claim("t", "k", b"fp", ClaimOptions::default())
+            .unwrap()
+        {
             Claim::Failed(r) => assert_eq!(r.response, declined),
             other => panic!("{other:?}"),
         }
     }
     let c = store.stats().unwrap().counters;
-    assert_eq!((c.failed_retryable, c.failed_terminal, c.replayed), (1, 1, 3));
+    assert_eq!(
+        (c.failed_retryable, c.failed_terminal, c.replayed),
+        (1, 1, 3)
+    );
 }

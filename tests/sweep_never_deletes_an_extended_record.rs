@@ -34,7 +34,10 @@ fn renewal_past_retention_moves_the_expiry() {
     assert_eq!(store.sweep(usize::MAX).unwrap(), 0);
     store.compact().unwrap();
     assert_eq!(store.physical_counts().unwrap(), (1, 1));
-    store.complete(&lease, Response::new("late but fine")).unwrap().unwrap();
+    store
+        .complete(&lease, Response::new("late but fine"))
+        .unwrap()
+        .unwrap();
 
     clock.advance(Duration::from_secs(600));
     assert!(store.get("t", "k").unwrap().is_none());

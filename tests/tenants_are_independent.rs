@@ -11,8 +11,14 @@ fn same_key_in_two_tenants_is_two_records() {
     let store = common::open(dir.path(), &clock);
     let a = common::acquire(&store, "alice", "key-1", b"fa");
     let b = common::acquire(&store, "bob", "key-1", b"fb");
-    store.complete(&a, Response::new("alice's")).unwrap().unwrap();
-    match store.claim("bob", "key-1", b"fb", ClaimOptions::default()).unwrap() {
+    store
+        .complete(&a, Response::new("alice's"))
+        .unwrap()
+        .unwrap();
+    match store
+        .claim("bob", "key-1", b"fb", ClaimOptions::default())
+        .unwrap()
+    {
         Claim::InProgress { .. } => {}
         other => panic!("bob's own record is still pending: {other:?}"),
     }

@@ -93,10 +93,17 @@ fn handle(
                     return Ok(Reply::Crashed); // the lease is simply abandoned
                 }
                 // The side effect, recorded outside the store.
-                *ledger.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default() += 1;
+                *ledger
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(id)
+                    .or_default() += 1;
                 t.charges.fetch_add(1, Ordering::Relaxed);
                 let receipt = format!("receipt {id}: charged {amount} (fence {})", lease.fence());
-                if store.checkpoint(&lease, "charged", receipt.as_bytes())?.is_err() {
+                if store
+                    .checkpoint(&lease, "charged", receipt.as_bytes())?
+                    .is_err()
+                {
                     return Ok(Reply::Crashed);
                 }
                 if rng.percent(CRASH_AFTER_CHARGE) {
@@ -132,7 +139,10 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
     let dir = match &o.db {
         Some(d) => d.clone(),
         None => {
-            tmp = std::env::temp_dir().join(format!("idemdb-demo-{}", idemdb::mint_key(&idemdb::SystemClock)));
+            tmp = std::env::temp_dir().join(format!(
+                "idemdb-demo-{}",
+                idemdb::mint_key(&idemdb::SystemClock)
+            ));
             tmp
         }
     };
@@ -166,7 +176,8 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
     let misuse_rejected = AtomicU64::new(0);
     let misuse_tried = AtomicU64::new(0);
     let failure: Mutex<Option<idemdb::Error>> = Mutex::new(None);
-    let seed = u64::from_str_radix(&idemdb::mint_key(&idemdb::SystemClock)[10..22], 32).unwrap_or(7);
+    let seed =
+        u64::from_str_radix(&idemdb::mint_key(&idemdb::SystemClock)[10..22], 32).unwrap_or(7);
     let started = std::time::Instant::now();
 
     // Work items: each payment once, plus duplicate deliveries pushed as separate items so that
@@ -189,12 +200,15 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
         for c in 0..o.clients {
             let (store, work, ledger, replies, tally, next, failure) =
                 (&store, &work, &ledger, &replies, &tally, &next, &failure);
-            let (misuse_rejected, misuse_tried, payments) = (&misuse_rejected, &misuse_tried, &payments);
+            let (misuse_rejected, misuse_tried, payments) =
+                (&misuse_rejected, &misuse_tried, &payments);
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(id, amount)) = work.get(i) else { return };
+                    let Some(&(id, amount)) = work.get(i) else {
+                        return;
+                    };
                     let p = &payments[id];
                     let misuse = amount != p.amount;
                     if misuse {
@@ -271,7 +285,10 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
         ("client retries", ld(&tally.retries)),
         ("duplicate deliveries sent", ld(&tally.duplicates_sent)),
         ("worker crashes (simulated)", ld(&tally.crashes)),
-        ("charges executed (ledger)", ledger.values().map(|&n| u64::from(n)).sum()),
+        (
+            "charges executed (ledger)",
+            ledger.values().map(|&n| u64::from(n)).sum(),
+        ),
         ("duplicates prevented: replayed", ld(&tally.replays)),
         ("duplicates prevented: in progress", ld(&tally.in_progress)),
         ("expired leases taken over", c.takeover),
@@ -307,4 +324,3 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
     }
     Ok(charged_once && consistent && mismatch_ok)
 }
-

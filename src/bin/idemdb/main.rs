@@ -83,7 +83,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     .iter()
                     .find(|(f, _)| f == name)
                     .and_then(|(_, v)| v.as_deref())
-                    .map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: not a number")))
+                    .map_or(Ok(default), |v| {
+                        v.parse().map_err(|_| format!("{name}: not a number"))
+                    })
             };
             let opts = demo::Options {
                 db: a.db.clone(),
@@ -92,7 +94,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 buffered: a.flags.iter().any(|(f, _)| f == "--buffered"),
             };
             let ok = demo::run(&opts).map_err(|e| e.to_string())?;
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         "stats" => {
             let s = open_existing(a.db)?.stats().map_err(|e| e.to_string())?;
