@@ -152,53 +152,62 @@ impl Store {
         let rkey = codec::record_key(tenant, key);
         let _guard = self.lock(&rkey);
         let now = self.now();
-        let old = self.load(&rkey)?;
-        let live = old.as_ref().filter(|r| r.expires_at > now);
-        if old.is_some() && live.is_none() {
+        let mut old = self.load(&rkey)?;
+        if old.as_ref().is_some_and(|r| r.expires_at <= now) {
             Metrics::bump(&m.expired);
         }
+        if let Some(rec) = old.as_mut().filter(|r| r.expires_at > now) {
+            if rec.fingerprint != fingerprint {
+                Metrics::bump(&m.mismatch);
+                return Ok(Claim::Mismatch);
+            }
+            // A final state is replayed by moving the stored response out (no copy).
+            match std::mem::replace(&mut rec.state, State::Released) {
+                State::Completed { response, at } => {
+                    Metrics::bump(&m.replayed);
+                    let replay = Replay {
+                        response,
+                        finished_at: at,
+                    };
+                    return Ok(Claim::Completed(replay));
+                }
+                State::Failed { response, at } => {
+                    Metrics::bump(&m.replayed);
+                    let replay = Replay {
+                        response,
+                        finished_at: at,
+                    };
+                    return Ok(Claim::Failed(replay));
+                }
+                other => rec.state = other,
+            }
+        }
+        let live = old.as_ref().filter(|r| r.expires_at > now);
         let mut takeover = false;
         let new = match live {
-            Some(rec) => {
-                if rec.fingerprint != fingerprint {
-                    Metrics::bump(&m.mismatch);
-                    return Ok(Claim::Mismatch);
+            Some(rec) => match &rec.state {
+                State::Pending { lease_until } if *lease_until > now => {
+                    Metrics::bump(&m.in_progress);
+                    return Ok(Claim::InProgress {
+                        retry_after: Duration::from_millis(lease_until - now),
+                    });
                 }
-                match &rec.state {
-                    State::Completed { response, at } => {
-                        Metrics::bump(&m.replayed);
-                        return Ok(Claim::Completed(Replay {
-                            response: response.clone(),
-                            finished_at: *at,
-                        }));
-                    }
-                    State::Failed { response, at } => {
-                        Metrics::bump(&m.replayed);
-                        return Ok(Claim::Failed(Replay {
-                            response: response.clone(),
-                            finished_at: *at,
-                        }));
-                    }
-                    State::Pending { lease_until } if *lease_until > now => {
-                        Metrics::bump(&m.in_progress);
-                        return Ok(Claim::InProgress {
-                            retry_after: Duration::from_millis(lease_until - now),
-                        });
-                    }
-                    State::Pending { .. } | State::Released => {
-                        takeover = matches!(rec.state, State::Pending { .. });
-                        let lease_until = now.saturating_add(lease_ms);
-                        Record {
-                            expires_at: rec.expires_at.max(lease_until),
-                            fence: self.next_fence(),
-                            attempts: rec.attempts.saturating_add(1),
-                            takeovers: rec.takeovers + u32::from(takeover),
-                            state: State::Pending { lease_until },
-                            ..rec.clone()
-                        }
+                State::Completed { .. } | State::Failed { .. } => {
+                    return Err(Error::Engine("final state not replayed".into()));
+                }
+                State::Pending { .. } | State::Released => {
+                    takeover = matches!(rec.state, State::Pending { .. });
+                    let lease_until = now.saturating_add(lease_ms);
+                    Record {
+                        expires_at: rec.expires_at.max(lease_until),
+                        fence: self.next_fence(),
+                        attempts: rec.attempts.saturating_add(1),
+                        takeovers: rec.takeovers + u32::from(takeover),
+                        state: State::Pending { lease_until },
+                        ..rec.clone()
                     }
                 }
-            }
+            },
             None => Record {
                 expires_at: now.saturating_add(retention_ms),
                 fingerprint: fingerprint.to_vec(),
