@@ -137,6 +137,53 @@ pub(crate) fn record_expiry(bytes: &[u8]) -> Option<Millis> {
     open_envelope(bytes).ok().map(|(e, _)| e)
 }
 
+/// Seals a body in the generic envelope used outside the records CF:
+/// `[format byte][body][crc32 BE of format byte and body]`.
+pub(crate) fn seal(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 5);
+    out.push(FORMAT);
+    out.extend_from_slice(body);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Opens a sealed envelope: checks the checksum and format byte and returns the body.
+pub(crate) fn unseal<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8]> {
+    let Some((payload, crc)) = bytes.split_last_chunk::<TRAILER>() else {
+        return Err(corrupted(
+            what,
+            format!("{} bytes is too short", bytes.len()),
+        ));
+    };
+    if u32::from_be_bytes(*crc) != crc32fast::hash(payload) {
+        return Err(corrupted(what, "checksum does not match"));
+    }
+    match payload.split_first() {
+        Some((&FORMAT, body)) => Ok(body),
+        Some((f, _)) => Err(corrupted(what, format!("unknown value format {f}"))),
+        None => Err(corrupted(what, "empty")),
+    }
+}
+
+/// Serialises with the bounded bincode configuration.
+pub(crate) fn to_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(v, bincode_config()).unwrap_or_default()
+}
+
+/// Deserialises with the bounded bincode configuration, requiring every byte to be used.
+pub(crate) fn from_bincode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    b: &[u8],
+) -> Result<T> {
+    let (v, used): (T, usize) = bincode::serde::decode_from_slice(b, bincode_config())
+        .map_err(|e| corrupted(what, format!("does not decode: {e}")))?;
+    if used != b.len() {
+        return Err(corrupted(what, "trailing bytes"));
+    }
+    Ok(v)
+}
+
 /// A u64 stored big-endian in exactly 8 bytes.
 pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
     let arr: [u8; 8] = bytes.try_into().ok()?;

@@ -331,6 +331,9 @@ fn cf_options(
     table.set_format_version(6);
     match cf {
         Cf::Records | Cf::Versions => {
+            if cf == Cf::Versions {
+                o.set_merge_operator_associative("idemdb.version_vector_max", vv_merge);
+            }
             // Point lookups, most of them misses (a new key): bloom filters in the tables and in
             // the memtable, and a hash index inside data blocks.
             table.set_bloom_filter(10.0, false);
@@ -388,6 +391,11 @@ fn max_u64_merge(
         .max()
         .unwrap_or(0);
     Some(max.to_be_bytes().to_vec())
+}
+
+/// Merge operator for replica version vectors (see `vv::merge_vv_operands`). Total.
+fn vv_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+    Some(crate::vv::merge_vv_operands(existing, operands.iter()))
 }
 
 #[derive(Clone, Copy)]

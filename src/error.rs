@@ -35,6 +35,11 @@ pub enum Error {
     Busy(String),
     /// The disk or the operating system failed the operation.
     Io(String),
+    /// An optimistic update met a conflict on every one of its attempts.
+    Contention {
+        /// How many attempts were made.
+        attempts: u32,
+    },
     /// The engine reported an error that fits no other class.
     Engine(String),
 }
@@ -97,6 +102,11 @@ impl fmt::Display for Error {
             ),
             Error::Busy(m) => write!(f, "storage engine busy, retry the call: {m}"),
             Error::Io(m) => write!(f, "I/O error (check disk space and permissions): {m}"),
+            Error::Contention { attempts } => write!(
+                f,
+                "gave up after {attempts} attempts, each conflicting with a concurrent writer; \
+                 retry later or raise UpdateOptions::max_attempts"
+            ),
             Error::Engine(m) => write!(f, "storage engine error: {m}"),
         }
     }

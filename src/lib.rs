@@ -39,6 +39,7 @@
 
 mod clock;
 mod codec;
+mod commit;
 mod config;
 mod engine;
 mod error;
@@ -46,8 +47,11 @@ mod keys;
 mod metrics;
 mod record;
 mod store;
+mod versions;
+mod vv;
 
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
+pub use commit::{Commit, CommitConflict, Committed};
 pub use config::{Config, Durability};
 pub use error::{Error, InvalidInput, Result};
 pub use keys::{derive_key, fingerprint, mint_key};
@@ -57,6 +61,10 @@ pub use record::{
     Response,
 };
 pub use store::{Execution, Store, MAX_FINGERPRINT_LEN};
+pub use versions::{
+    etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,
+};
+pub use vv::{Causality, Sibling, Siblings, VersionVector};
 
 #[doc(hidden)]
 pub mod __internal {

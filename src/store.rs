@@ -537,14 +537,41 @@ impl Store {
         self.inner.next_fence.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn lock(&self, rkey: &[u8]) -> MutexGuard<'_, ()> {
-        let i = crc32fast::hash(rkey) as usize & (self.inner.locks.len() - 1);
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    fn stripe(&self, key: &[u8]) -> usize {
+        crc32fast::hash(key) as usize & (self.inner.locks.len() - 1)
+    }
+
+    /// Locks the stripes of several keys, in stripe order (so two callers never deadlock), each
+    /// stripe once.
+    pub(crate) fn lock_many<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.map(|k| self.stripe(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .filter_map(|i| self.inner.locks.get(i).map(|m| m.lock()))
+            .collect()
+    }
+
+    pub(crate) fn lock(&self, rkey: &[u8]) -> MutexGuard<'_, ()> {
+        let i = self.stripe(rkey);
         // In bounds: the stripe count is a power of two (validated) and `i` is masked by it.
         #[allow(clippy::indexing_slicing)]
         self.inner.locks[i].lock()
     }
 
-    fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
+    pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
         self.inner.engine.get_with(Cf::Records, rkey, |v| {
             v.map(codec::decode_record).transpose()
         })?
@@ -560,6 +587,21 @@ impl Store {
         fence_issued: bool,
     ) -> Result<()> {
         let mut batch = self.inner.engine.batch();
+        add_record(&mut batch, rkey, old, new, fence_issued);
+        self.inner.engine.write(batch)
+    }
+}
+
+/// Adds `new` for `rkey` to a batch: the record, its index entry (replacing `old`'s if expiry or
+/// fence changed) and, when `fence_issued`, the fence high-water mark.
+pub(crate) fn add_record(
+    batch: &mut crate::engine::Batch<'_>,
+    rkey: &[u8],
+    old: Option<&Record>,
+    new: &Record,
+    fence_issued: bool,
+) {
+    {
         batch.put(Cf::Records, rkey, &codec::encode_record(new));
         let new_index = codec::index_key(new.expires_at, new.fence, rkey);
         let old_index = old.map(|o| codec::index_key(o.expires_at, o.fence, rkey));
@@ -572,38 +614,44 @@ impl Store {
         if fence_issued {
             batch.merge(Cf::Meta, META_FENCE, &new.fence.to_be_bytes());
         }
-        self.inner.engine.write(batch)
     }
+}
 
+/// Whether `lease` is the current holder of `rec` at `now`; `Ok` carries the record to change.
+pub(crate) fn check_holder(
+    rec: Option<Record>,
+    lease: &Lease,
+    now: Millis,
+) -> std::result::Result<Record, LeaseLost> {
+    let Some(rec) = rec.filter(|r| r.expires_at > now) else {
+        return Err(LeaseLost::Gone);
+    };
+    match rec.state {
+        State::Completed { .. } | State::Failed { .. } => Err(LeaseLost::Finished),
+        State::Released => Err(LeaseLost::Released),
+        State::Pending { .. } if rec.fence != lease.fence => Err(LeaseLost::TakenOver {
+            current_fence: rec.fence,
+        }),
+        State::Pending { .. } => Ok(rec),
+    }
+}
+
+impl Store {
     fn with_lease<T>(
         &self,
         lease: &Lease,
         f: impl FnOnce(&mut Record, Millis) -> Result<T>,
     ) -> Result<std::result::Result<T, LeaseLost>> {
-        if lease.store_id != self.inner.store_id {
-            return Err(Error::ForeignLease);
-        }
+        self.check_lease_store(lease)?;
         let rkey = codec::record_key(&lease.tenant, &lease.key);
         let guard = self.lock(&rkey);
         let now = self.now();
-        let old = self.load(&rkey)?.filter(|r| r.expires_at > now);
-        let lost = match &old {
-            None => Some(LeaseLost::Gone),
-            Some(rec) => match rec.state {
-                State::Completed { .. } | State::Failed { .. } => Some(LeaseLost::Finished),
-                State::Released => Some(LeaseLost::Released),
-                State::Pending { .. } if rec.fence != lease.fence => Some(LeaseLost::TakenOver {
-                    current_fence: rec.fence,
-                }),
-                State::Pending { .. } => None,
-            },
-        };
-        if let Some(lost) = lost {
-            Metrics::bump(&self.inner.metrics.lease_lost);
-            return Ok(Err(lost));
-        }
-        let Some(old) = old else {
-            return Ok(Err(LeaseLost::Gone));
+        let old = match check_holder(self.load(&rkey)?, lease, now) {
+            Ok(rec) => rec,
+            Err(lost) => {
+                Metrics::bump(&self.inner.metrics.lease_lost);
+                return Ok(Err(lost));
+            }
         };
         let mut new = old.clone();
         let out = f(&mut new, now)?;
@@ -615,7 +663,14 @@ impl Store {
         Ok(Ok(out))
     }
 
-    fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
+    pub(crate) fn check_lease_store(&self, lease: &Lease) -> Result<()> {
+        if lease.store_id != self.inner.store_id {
+            return Err(Error::ForeignLease);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
         let cfg = &self.inner.cfg;
         for (field, v, max) in [
             ("tenant", tenant, cfg.max_tenant_len),
@@ -636,7 +691,7 @@ impl Store {
         Ok(())
     }
 
-    fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
+    pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
         let max = self.inner.cfg.max_response_bytes;
         if len > max {
             return Err(InvalidInput::TooLarge { what, len, max }.into());
@@ -644,7 +699,7 @@ impl Store {
         Ok(())
     }
 
-    fn notify_finished(&self) {
+    pub(crate) fn notify_finished(&self) {
         if self.inner.waiters.load(Ordering::SeqCst) > 0 {
             let (m, cv) = &self.inner.finished;
             *m.lock() += 1;

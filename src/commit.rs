@@ -1,0 +1,284 @@
+//! Atomic commits across keys. Invariant: a commit locks every stripe it touches (in stripe order),
+//! checks every condition against one consistent read of each key, and then writes everything in
+//! one `WriteBatch` or nothing at all; after any crash either all of its writes are there or none.
+
+use crate::codec;
+use crate::engine::Cf;
+use crate::error::{Error, InvalidInput, Result};
+use crate::metrics::Metrics;
+use crate::record::{FailKind, Lease, LeaseLost, Response, State};
+use crate::store::{add_record, check_holder, Store};
+use crate::versions::{
+    encode_entity, entity_key, next_version, Expect, Version, Versioned, KIND_ENTITY,
+};
+
+/// A set of conditions and writes applied all or nothing. Build it with [`Store::commit`].
+#[must_use = "a commit does nothing until `apply` is called"]
+pub struct Commit<'s> {
+    store: &'s Store,
+    ops: Vec<Op>,
+    error: Option<Error>,
+}
+
+enum Op {
+    Entity {
+        key: Vec<u8>,
+        expect: Expect,
+        write: Write,
+    },
+    Lease {
+        rkey: Vec<u8>,
+        lease: Lease,
+        end: End,
+    },
+}
+
+enum Write {
+    None,
+    Put(Vec<u8>),
+    Delete,
+}
+
+enum End {
+    Complete(Response),
+    Fail(FailKind),
+}
+
+/// What a successful commit wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Per operation, in the order added: the entity's version after the commit (`None` for a
+    /// lease operation, or for an entity that is absent afterwards).
+    pub versions: Vec<Option<Version>>,
+}
+
+/// Why a commit wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitConflict {
+    /// The condition of operation `op` (0-based, in the order added) did not hold.
+    Condition {
+        /// Which operation.
+        op: usize,
+        /// What is there now.
+        current: Option<Versioned>,
+    },
+    /// The lease of operation `op` is no longer current.
+    Lease {
+        /// Which operation.
+        op: usize,
+        /// Why.
+        lost: LeaseLost,
+    },
+}
+
+impl Store {
+    /// Starts an atomic commit.
+    pub fn commit(&self) -> Commit<'_> {
+        Commit {
+            store: self,
+            ops: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl Commit<'_> {
+    fn entity(&mut self, tenant: &[u8], id: &[u8], expect: Expect, write: Write) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.store.check_names(tenant, id) {
+            self.error = Some(e);
+            return;
+        }
+        if let Write::Put(v) = &write {
+            if let Err(e) = self.store.check_size("value", v.len()) {
+                self.error = Some(e);
+                return;
+            }
+        }
+        self.ops.push(Op::Entity {
+            key: entity_key(KIND_ENTITY, tenant, id),
+            expect,
+            write,
+        });
+    }
+
+    /// A condition on an entity, with no write.
+    pub fn check(mut self, tenant: impl AsRef<[u8]>, id: impl AsRef<[u8]>, expect: Expect) -> Self {
+        self.entity(tenant.as_ref(), id.as_ref(), expect, Write::None);
+        self
+    }
+
+    /// Writes `value` to an entity if `expect` holds.
+    pub fn put(
+        mut self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        expect: Expect,
+        value: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.entity(
+            tenant.as_ref(),
+            id.as_ref(),
+            expect,
+            Write::Put(value.into()),
+        );
+        self
+    }
+
+    /// Deletes an entity (leaving its version in a tombstone) if `expect` holds.
+    pub fn delete(
+        mut self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        expect: Expect,
+    ) -> Self {
+        self.entity(tenant.as_ref(), id.as_ref(), expect, Write::Delete);
+        self
+    }
+
+    fn lease(&mut self, lease: &Lease, end: End) {
+        if self.error.is_some() {
+            return;
+        }
+        let size = match &end {
+            End::Complete(r) | End::Fail(FailKind::Terminal(r)) => r.size(),
+            End::Fail(FailKind::Retryable) => 0,
+        };
+        if let Err(e) = self
+            .store
+            .check_lease_store(lease)
+            .and_then(|()| self.store.check_size("response", size))
+        {
+            self.error = Some(e);
+            return;
+        }
+        self.ops.push(Op::Lease {
+            rkey: codec::record_key(&lease.tenant, &lease.key),
+            lease: lease.clone(),
+            end,
+        });
+    }
+
+    /// Completes an idempotency lease in the same commit (only if it is still current).
+    pub fn complete(mut self, lease: &Lease, response: Response) -> Self {
+        self.lease(lease, End::Complete(response));
+        self
+    }
+
+    /// Fails an idempotency lease in the same commit (only if it is still current).
+    pub fn fail(mut self, lease: &Lease, kind: FailKind) -> Self {
+        self.lease(lease, End::Fail(kind));
+        self
+    }
+
+    /// Checks every condition and applies every write, or writes nothing.
+    pub fn apply(self) -> Result<std::result::Result<Committed, CommitConflict>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let keys: Vec<&[u8]> = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Entity { key, .. } => key.as_slice(),
+                Op::Lease { rkey, .. } => rkey.as_slice(),
+            })
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w.first() == w.get(1)) {
+            return Err(InvalidInput::Config(
+                "a commit names the same entity or lease twice".into(),
+            )
+            .into());
+        }
+        let store = self.store;
+        let _guards = store.lock_many(keys.iter().copied());
+        let now = store.now();
+        let engine = store.engine();
+        let mut batch = engine.batch();
+        let mut versions = Vec::with_capacity(self.ops.len());
+        let mut finished = 0usize;
+        let mut ends = Vec::new();
+        for (i, op) in self.ops.into_iter().enumerate() {
+            match op {
+                Op::Entity { key, expect, write } => {
+                    let cur = store.load_entity(&key)?;
+                    if !expect.holds(cur.as_ref()) {
+                        return Ok(Err(CommitConflict::Condition {
+                            op: i,
+                            current: cur.and_then(|s| s.live()),
+                        }));
+                    }
+                    let live_version = cur
+                        .as_ref()
+                        .filter(|s| s.value.is_some())
+                        .map(|s| s.version);
+                    versions.push(match write {
+                        Write::None => live_version,
+                        Write::Put(v) => {
+                            let ver = next_version(cur.as_ref());
+                            batch.put(Cf::Versions, &key, &encode_entity(ver, Some(&v)));
+                            Some(ver)
+                        }
+                        Write::Delete => {
+                            if live_version.is_some() {
+                                let ver = next_version(cur.as_ref());
+                                batch.put(Cf::Versions, &key, &encode_entity(ver, None));
+                            }
+                            None
+                        }
+                    });
+                }
+                Op::Lease { rkey, lease, end } => {
+                    let old = match check_holder(store.load(&rkey)?, &lease, now) {
+                        Ok(r) => r,
+                        Err(lost) => {
+                            Metrics::bump(&store.metrics().lease_lost);
+                            return Ok(Err(CommitConflict::Lease { op: i, lost }));
+                        }
+                    };
+                    let mut new = old.clone();
+                    match &end {
+                        End::Complete(resp) => {
+                            new.checkpoint = None;
+                            new.state = State::Completed {
+                                response: resp.clone(),
+                                at: now,
+                            };
+                        }
+                        End::Fail(FailKind::Retryable) => new.state = State::Released,
+                        End::Fail(FailKind::Terminal(resp)) => {
+                            new.checkpoint = None;
+                            new.state = State::Failed {
+                                response: resp.clone(),
+                                at: now,
+                            };
+                        }
+                    }
+                    add_record(&mut batch, &rkey, Some(&old), &new, false);
+                    finished += 1;
+                    ends.push(end);
+                    versions.push(None);
+                }
+            }
+        }
+        engine.write(batch)?;
+        let m = store.metrics();
+        for end in &ends {
+            Metrics::bump(match end {
+                End::Complete(_) => &m.completed,
+                End::Fail(FailKind::Retryable) => &m.failed_retryable,
+                End::Fail(FailKind::Terminal(_)) => &m.failed_terminal,
+            });
+        }
+        drop(_guards);
+        if finished > 0 {
+            store.notify_finished();
+        }
+        Ok(Ok(Committed { versions }))
+    }
+}

@@ -1,0 +1,239 @@
+//! Version vectors and causal writes. Invariants: merge is a pointwise maximum (commutative,
+//! associative, idempotent); a causal write removes exactly the siblings its context has seen and
+//! keeps every concurrent one, so no concurrent write is silently lost; the merge operator for
+//! replica vectors is total and deterministic (it skips malformed operands, never fails, never
+//! reads the clock).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::engine::Cf;
+use crate::error::Result;
+use crate::store::Store;
+use crate::versions::{entity_key, KIND_CAUSAL, KIND_REPLICA_VV};
+
+/// A version vector: for each actor (replica, region, writer), how many of its events are known.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionVector {
+    clock: BTreeMap<String, u64>,
+}
+
+/// How two version vectors relate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Causality {
+    /// Both know exactly the same events.
+    Equal,
+    /// The left one knows everything the right one does, and more.
+    Dominates,
+    /// The right one knows everything the left one does, and more.
+    DominatedBy,
+    /// Each knows an event the other does not.
+    Concurrent,
+}
+
+impl VersionVector {
+    /// An empty vector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The counter of `actor` (0 if unknown).
+    pub fn get(&self, actor: &str) -> u64 {
+        self.clock.get(actor).copied().unwrap_or(0)
+    }
+
+    /// Records one more event of `actor` and returns its new counter.
+    pub fn increment(&mut self, actor: &str) -> u64 {
+        let c = self.clock.entry(actor.to_owned()).or_insert(0);
+        *c = c.saturating_add(1);
+        *c
+    }
+
+    /// Sets `actor`'s counter to at least `n`.
+    pub fn observe(&mut self, actor: &str, n: u64) {
+        if n > self.get(actor) {
+            self.clock.insert(actor.to_owned(), n);
+        }
+    }
+
+    /// Pointwise maximum with `other`.
+    pub fn merge(&mut self, other: &VersionVector) {
+        for (a, &n) in &other.clock {
+            self.observe(a, n);
+        }
+    }
+
+    /// The pointwise maximum of two vectors.
+    pub fn merged(&self, other: &VersionVector) -> VersionVector {
+        let mut m = self.clone();
+        m.merge(other);
+        m
+    }
+
+    /// Whether this vector knows every event `other` knows.
+    pub fn descends(&self, other: &VersionVector) -> bool {
+        other.clock.iter().all(|(a, &n)| self.get(a) >= n)
+    }
+
+    /// How this vector relates to `other`.
+    pub fn compare(&self, other: &VersionVector) -> Causality {
+        match (self.descends(other), other.descends(self)) {
+            (true, true) => Causality::Equal,
+            (true, false) => Causality::Dominates,
+            (false, true) => Causality::DominatedBy,
+            (false, false) => Causality::Concurrent,
+        }
+    }
+
+    /// The (actor, counter) pairs, in actor order; zero counters are never stored.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.clock.iter().map(|(a, &n)| (a.as_str(), n))
+    }
+}
+
+impl PartialOrd for VersionVector {
+    /// The causal partial order: `a < b` when `b` dominates `a`; concurrent vectors are unordered.
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        match self.compare(other) {
+            Causality::Equal => Some(Ordering::Equal),
+            Causality::Dominates => Some(Ordering::Greater),
+            Causality::DominatedBy => Some(Ordering::Less),
+            Causality::Concurrent => None,
+        }
+    }
+}
+
+/// One of the concurrent values of a causal entity, identified by the event (dot) that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sibling {
+    /// The actor that wrote it.
+    pub actor: String,
+    /// That actor's event counter for this write.
+    pub counter: u64,
+    /// The value.
+    pub value: Vec<u8>,
+}
+
+/// What a causal read returns: every concurrent value, and one context that covers them all. A
+/// write with this context replaces all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Siblings {
+    /// The concurrent values (empty if the entity was never written).
+    pub values: Vec<Sibling>,
+    /// The merged context: pass it to the next write.
+    pub context: VersionVector,
+}
+
+pub(crate) fn encode_vv(vv: &VersionVector) -> Vec<u8> {
+    codec::seal(&codec::to_bincode(vv))
+}
+
+fn decode_vv(bytes: &[u8]) -> Option<VersionVector> {
+    let body = codec::unseal("version vector", bytes).ok()?;
+    codec::from_bincode("version vector", body).ok()
+}
+
+/// The replica-vector merge operator: the pointwise maximum of the existing value and every
+/// well-formed operand. Malformed inputs are skipped (a failed merge would make the database
+/// read-only); the result depends on the operands alone.
+pub(crate) fn merge_vv_operands<'a>(
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let mut acc = VersionVector::new();
+    for vv in existing.into_iter().chain(operands).filter_map(decode_vv) {
+        acc.merge(&vv);
+    }
+    encode_vv(&acc)
+}
+
+impl Store {
+    /// Reads a causal entity: all concurrent values and the context that covers them.
+    pub fn causal_get(&self, tenant: impl AsRef<[u8]>, id: impl AsRef<[u8]>) -> Result<Siblings> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        self.check_names(tenant, id)?;
+        self.load_causal(&entity_key(KIND_CAUSAL, tenant, id))
+    }
+
+    /// Writes `value` as `actor`, having read `context`. Siblings the context has seen are
+    /// replaced; concurrent ones (written by events the context does not know) are kept beside the
+    /// new value. Returns the entity's state after the write.
+    pub fn causal_put(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        actor: &str,
+        context: &VersionVector,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Siblings> {
+        let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
+        self.check_names(tenant, id)?;
+        self.check_names(tenant, actor.as_bytes())?;
+        self.check_size("value", value.len())?;
+        let key = entity_key(KIND_CAUSAL, tenant, id);
+        let _g = self.lock(&key);
+        let mut state = self.load_causal(&key)?;
+        state.values.retain(|s| s.counter > context.get(&s.actor));
+        state.context.merge(context);
+        let counter = state.context.increment(actor);
+        state.values.push(Sibling {
+            actor: actor.to_owned(),
+            counter,
+            value,
+        });
+        let mut b = self.engine().batch();
+        b.put(Cf::Versions, &key, &codec::seal(&codec::to_bincode(&state)));
+        self.engine().write(b)?;
+        Ok(state)
+    }
+
+    /// Merges a replica's version vector into the one stored for `(tenant, id)`: a blind,
+    /// commutative, idempotent update applied by a RocksDB merge operator (no read, no lock).
+    pub fn merge_replica_vector(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        vv: &VersionVector,
+    ) -> Result<()> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        self.check_names(tenant, id)?;
+        let mut b = self.engine().batch();
+        b.merge(
+            Cf::Versions,
+            &entity_key(KIND_REPLICA_VV, tenant, id),
+            &encode_vv(vv),
+        );
+        self.engine().write(b)
+    }
+
+    /// The merged replica vector of `(tenant, id)` (empty if none was merged).
+    pub fn replica_vector(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+    ) -> Result<VersionVector> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        self.check_names(tenant, id)?;
+        let key = entity_key(KIND_REPLICA_VV, tenant, id);
+        match self.engine().get(Cf::Versions, &key)? {
+            None => Ok(VersionVector::new()),
+            Some(b) => {
+                let body = codec::unseal("version vector", &b)?;
+                codec::from_bincode("version vector", body)
+            }
+        }
+    }
+
+    fn load_causal(&self, key: &[u8]) -> Result<Siblings> {
+        match self.engine().get(Cf::Versions, key)? {
+            None => Ok(Siblings::default()),
+            Some(b) => {
+                let body = codec::unseal("causal entity", &b)?;
+                codec::from_bincode("causal entity", body)
+            }
+        }
+    }
+}

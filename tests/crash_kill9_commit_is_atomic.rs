@@ -1,0 +1,200 @@
+//! kill -9 atomicity of multi-key commits: a child process (this test binary, re-executed) moves
+//! one unit from account A to account B, writes a ledger entity and completes the request's
+//! idempotency lease, all in one commit, in synced durability, and prints each acknowledged
+//! commit. The parent SIGKILLs it at random moments and checks after each reopen: A + B is
+//! constant, every ledger entry has its completed request and vice versa (both or neither), every
+//! acknowledged commit is present, and versions never went backwards.
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use idemdb::{
+    Claim, ClaimOptions, Clock, Config, Durability, Expect, RecordState, Response, SystemClock,
+};
+
+const CHILD_ENV: &str = "IDEMDB_COMMIT_CHILD_DIR";
+const TOTAL: u64 = 1_000_000;
+
+fn num(v: &[u8]) -> u64 {
+    u64::from_be_bytes(v.try_into().unwrap())
+}
+
+fn open(dir: &str) -> idemdb::Store {
+    Config::new(dir)
+        .durability(Durability::Synced)
+        .sweep_interval(None)
+        .open()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "the child side of the commit crash test; run by the parent test"]
+fn commit_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let start: u64 = std::env::var("IDEMDB_COMMIT_START")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = open(&dir);
+    let mut out = std::io::stdout().lock();
+    for i in start.. {
+        let req = format!("req-{i}");
+        let Claim::Acquired(lease) = store
+            .claim("bank", &req, b"", ClaimOptions::default())
+            .unwrap()
+        else {
+            panic!("fresh request not acquired")
+        };
+        let a = store.get_entity("bank", "A").unwrap().unwrap();
+        let b = store.get_entity("bank", "B").unwrap().unwrap();
+        store
+            .commit()
+            .put(
+                "bank",
+                "A",
+                Expect::Version(a.version),
+                (num(&a.value) - 1).to_be_bytes(),
+            )
+            .put(
+                "bank",
+                "B",
+                Expect::Version(b.version),
+                (num(&b.value) + 1).to_be_bytes(),
+            )
+            .put(
+                "bank",
+                format!("ledger-{i}"),
+                Expect::Absent,
+                req.as_bytes(),
+            )
+            .complete(&lease, Response::new(req.as_bytes()))
+            .apply()
+            .unwrap()
+            .unwrap();
+        writeln!(out, "ACK {i} {}", a.version + 1).unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn commits_are_all_or_nothing_across_sigkill() {
+    let iterations: u64 = std::env::var("IDEMDB_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_owned();
+    {
+        let s = open(&path);
+        s.put_entity("bank", "A", Expect::Absent, TOTAL.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        s.put_entity("bank", "B", Expect::Absent, 0u64.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        s.close().unwrap();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut acked: Vec<(u64, u64)> = Vec::new();
+    let mut last_version = 0;
+    let mut seed = SystemClock.now_millis() | 1;
+    for iter in 0..iterations {
+        let start = iter * 1_000_000;
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "commit_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &path)
+            .env("IDEMDB_COMMIT_START", start.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| {
+                    let mut p = l.strip_prefix("ACK ")?.split(' ');
+                    Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+                })
+                .collect::<Vec<(u64, u64)>>()
+        });
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(30 + seed % 250));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let new_acks = reader.join().unwrap();
+        acked.extend(&new_acks);
+
+        let store = open(&path);
+        let a = store.get_entity("bank", "A").unwrap().unwrap();
+        let b = store.get_entity("bank", "B").unwrap().unwrap();
+        assert_eq!(
+            num(&a.value) + num(&b.value),
+            TOTAL,
+            "iteration {iter}: money conserved"
+        );
+        assert!(a.version >= last_version, "versions never go backwards");
+        last_version = a.version;
+        let moved = num(&b.value);
+        // Every acknowledged commit is present.
+        for &(i, version) in &acked {
+            assert!(
+                store
+                    .get_entity("bank", format!("ledger-{i}"))
+                    .unwrap()
+                    .is_some(),
+                "acked {i}"
+            );
+            assert!(a.version >= version);
+        }
+        // Both or neither, for every request the child touched in this run.
+        let last = new_acks.last().map_or(start, |&(i, _)| i);
+        for i in start..=last + 1 {
+            let ledger = store
+                .get_entity("bank", format!("ledger-{i}"))
+                .unwrap()
+                .is_some();
+            let done = matches!(
+                store
+                    .get("bank", format!("req-{i}"))
+                    .unwrap()
+                    .map(|r| r.state),
+                Some(RecordState::Completed(_))
+            );
+            assert_eq!(
+                ledger, done,
+                "iteration {iter}: request {i} ledger={ledger} completed={done}"
+            );
+        }
+        let ledgers: u64 = (0..=iter)
+            .map(|it| {
+                (it * 1_000_000..)
+                    .take_while(|i| {
+                        store
+                            .get_entity("bank", format!("ledger-{i}"))
+                            .unwrap()
+                            .is_some()
+                    })
+                    .count() as u64
+            })
+            .sum();
+        assert_eq!(ledgers, moved, "one ledger entry per unit moved");
+        store.close().unwrap();
+    }
+    assert!(acked.len() as u64 > iterations, "the child made progress");
+    println!(
+        "commit crash test: {iterations} SIGKILLs, {} acknowledged commits verified",
+        acked.len()
+    );
+}
