@@ -38,13 +38,16 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    // Two threads hammering one key: the loser of each race backs off, so allow many attempts.
+    let hot = UpdateOptions {
+        max_attempts: 100_000,
+        ..UpdateOptions::default()
+    };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                store
-                    .update_entity("t", "hot", UpdateOptions::default(), incr)
-                    .unwrap();
+                store.update_entity("t", "hot", hot, incr).unwrap();
             }
         });
         g.bench_function("update/threads=2/keys=1", |b| {

@@ -44,20 +44,26 @@ pub enum Expect {
 /// Retry policy of [`Store::update_entity`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpdateOptions {
-    /// Attempts before giving up with [`Error::Contention`]. Default: 16.
+    /// Attempts before giving up with [`Error::Contention`]. Default: 64.
     pub max_attempts: u32,
     /// First back-off; doubles per conflict up to `max_backoff`, with full jitter. Default: 50 µs.
     pub base_backoff: Duration,
     /// Longest back-off. Default: 20 ms.
     pub max_backoff: Duration,
+    /// After this many conflicts, stop racing and run the closure once more while holding the
+    /// entity's lock stripe, which cannot conflict with writers in this process (the only ones:
+    /// RocksDB admits one process per directory). `None`: stay optimistic until `max_attempts`.
+    /// Default: `Some(4)`. The closure must then not call back into the store.
+    pub escalate_after: Option<u32>,
 }
 
 impl Default for UpdateOptions {
     fn default() -> Self {
         Self {
-            max_attempts: 16,
+            max_attempts: 64,
             base_backoff: Duration::from_micros(50),
             max_backoff: Duration::from_millis(20),
+            escalate_after: Some(4),
         }
     }
 }
@@ -212,6 +218,9 @@ impl Store {
         let mut backoff = opts.base_backoff;
         let mut rng = crate::keys::random_u128() as u64 | 1;
         for attempt in 1..=opts.max_attempts.max(1) {
+            if opts.escalate_after.is_some_and(|n| attempt > n) {
+                return self.update_locked(tenant, id, f);
+            }
             let expect = current
                 .as_ref()
                 .map_or(Expect::Absent, |c| Expect::Version(c.version));
@@ -228,13 +237,20 @@ impl Store {
             match outcome {
                 Ok(v) => return Ok(v),
                 Err(conflict) if attempt < opts.max_attempts => {
-                    current = conflict.current;
+                    // The conflict carries what is there now: retry with it at once. After that,
+                    // back off (full jitter) and read again, since anything read before the
+                    // sleep is stale by the time it ends.
+                    if attempt == 1 {
+                        current = conflict.current;
+                        continue;
+                    }
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
                     std::thread::sleep(Duration::from_nanos(rng % nanos));
                     backoff = (backoff * 2).min(opts.max_backoff);
+                    current = self.get_entity(tenant, id)?;
                 }
                 Err(_) => break,
             }
@@ -242,6 +258,29 @@ impl Store {
         Err(Error::Contention {
             attempts: opts.max_attempts.max(1),
         })
+    }
+
+    /// Read, apply `f`, write, all under the entity's stripe lock.
+    fn update_locked<F>(&self, tenant: &[u8], id: &[u8], mut f: F) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    {
+        let key = entity_key(KIND_ENTITY, tenant, id);
+        let _g = self.lock(&key);
+        let cur = self.load_entity(&key)?;
+        let new = f(cur.as_ref().and_then(|s| s.value.as_deref()));
+        if let Some(v) = &new {
+            self.check_size("value", v.len())?;
+        }
+        let live = cur.as_ref().is_some_and(|s| s.value.is_some());
+        if new.is_none() && !live {
+            return Ok(None);
+        }
+        let version = next_version(cur.as_ref());
+        let mut b = self.engine().batch();
+        b.put(Cf::Versions, &key, &encode_entity(version, new.as_deref()));
+        self.engine().write(b)?;
+        Ok(new.map(|value| Versioned { value, version }))
     }
 
     fn write_entity(
