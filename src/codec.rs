@@ -20,9 +20,33 @@ fn bincode_config() -> impl bincode::config::Config {
 
 /// The record key of (tenant, key): `[u16 BE len][tenant][u16 BE len][key]`. Lengths are validated (≤ 4096) before this is called.
 pub fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
+    record_key_in(false, tenant, key)
+}
+
+/// Flag on the first length of a record key that puts it in the consumer namespace: message
+/// records of a consumer group never collide with request records of a tenant of the same name.
+const CONSUMER_FLAG: u16 = 0x8000;
+
+/// The record key of (tenant, key), in the consumer namespace when `consumer` is set.
+pub(crate) fn record_key_in(consumer: bool, tenant: &[u8], key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + tenant.len() + key.len());
     push_part(&mut out, tenant);
+    if consumer {
+        if let Some(b) = out.first_mut() {
+            *b |= (CONSUMER_FLAG >> 8) as u8;
+        }
+    }
     push_part(&mut out, key);
+    out
+}
+
+/// Unambiguous encoding of a composite value: each part length-prefixed (u16 BE, parts of at most
+/// 65535 bytes; longer parts are truncated, so callers validate first).
+pub(crate) fn composite(parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in parts {
+        push_part(&mut out, p);
+    }
     out
 }
 
@@ -41,7 +65,7 @@ pub fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 
 fn take_part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (len, rest) = bytes.split_first_chunk::<2>()?;
-    let len = usize::from(u16::from_be_bytes(*len));
+    let len = usize::from(u16::from_be_bytes(*len) & !CONSUMER_FLAG);
     (rest.len() >= len).then(|| rest.split_at(len))
 }
 

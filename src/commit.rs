@@ -8,6 +8,7 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::metrics::Metrics;
 use crate::record::{FailKind, Lease, LeaseLost, Response, State};
 use crate::store::{add_record, check_holder, Store};
+use crate::unique::unique_key;
 use crate::versions::{
     encode_entity, entity_key, next_version, Expect, Version, Versioned, KIND_ENTITY,
 };
@@ -30,6 +31,10 @@ enum Op {
         rkey: Vec<u8>,
         lease: Lease,
         end: End,
+    },
+    Reserve {
+        key: Vec<u8>,
+        owner: Vec<u8>,
     },
 }
 
@@ -62,6 +67,13 @@ pub enum CommitConflict {
         op: usize,
         /// What is there now.
         current: Option<Versioned>,
+    },
+    /// The value reserved by operation `op` is held by another owner.
+    Taken {
+        /// Which operation.
+        op: usize,
+        /// The current owner.
+        owner: Vec<u8>,
     },
     /// The lease of operation `op` is no longer current.
     Lease {
@@ -156,7 +168,7 @@ impl Commit<'_> {
             return;
         }
         self.ops.push(Op::Lease {
-            rkey: codec::record_key(&lease.tenant, &lease.key),
+            rkey: lease.record_key(),
             lease: lease.clone(),
             end,
         });
@@ -174,6 +186,31 @@ impl Commit<'_> {
         self
     }
 
+    /// Reserves `value` in unique index `index` for `owner`, as part of the commit.
+    pub fn reserve(
+        mut self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Self {
+        if self.error.is_none() {
+            let (index, owner) = (index.as_ref(), owner.as_ref());
+            let encoded = codec::composite(value);
+            match self
+                .store
+                .check_names(index, &encoded)
+                .and_then(|()| self.store.check_names(index, owner))
+            {
+                Ok(()) => self.ops.push(Op::Reserve {
+                    key: unique_key(index, value),
+                    owner: owner.to_vec(),
+                }),
+                Err(e) => self.error = Some(e),
+            }
+        }
+        self
+    }
+
     /// Checks every condition and applies every write, or writes nothing.
     pub fn apply(self) -> Result<std::result::Result<Committed, CommitConflict>> {
         if let Some(e) = self.error {
@@ -183,7 +220,7 @@ impl Commit<'_> {
             .ops
             .iter()
             .map(|op| match op {
-                Op::Entity { key, .. } => key.as_slice(),
+                Op::Entity { key, .. } | Op::Reserve { key, .. } => key.as_slice(),
                 Op::Lease { rkey, .. } => rkey.as_slice(),
             })
             .collect();
@@ -232,6 +269,23 @@ impl Commit<'_> {
                             None
                         }
                     });
+                }
+                Op::Reserve { key, owner } => {
+                    if let Some(cur) = store.live_reservation(&key)? {
+                        if cur.owner != owner {
+                            return Ok(Err(CommitConflict::Taken {
+                                op: i,
+                                owner: cur.owner,
+                            }));
+                        }
+                    }
+                    let stored = crate::unique::Stored { owner, bound: None };
+                    batch.put(
+                        Cf::Versions,
+                        &key,
+                        &codec::seal(&codec::to_bincode(&stored)),
+                    );
+                    versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {
                     let old = match check_holder(store.load(&rkey)?, &lease, now) {

@@ -332,7 +332,9 @@ fn cf_options(
     match cf {
         Cf::Records | Cf::Versions => {
             if cf == Cf::Versions {
-                o.set_merge_operator_associative("idemdb.version_vector_max", vv_merge);
+                o.set_merge_operator_associative("idemdb.versions_merge", versions_merge);
+                // Fold long runs of merge operands in the memtable, so reads stay cheap.
+                o.set_max_successive_merges(64);
             }
             // Point lookups, most of them misses (a new key): bloom filters in the tables and in
             // the memtable, and a hash index inside data blocks.
@@ -393,9 +395,28 @@ fn max_u64_merge(
     Some(max.to_be_bytes().to_vec())
 }
 
-/// Merge operator for replica version vectors (see `vv::merge_vv_operands`). Total.
-fn vv_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
-    Some(crate::vv::merge_vv_operands(existing, operands.iter()))
+/// Merge operator of the versions CF, dispatching on the key's kind byte: replica version vectors
+/// (`vv::merge_vv_operands`) and offset windows (`offsets::merge_offset_operands`). Any other key
+/// keeps its existing value (or the last operand). Total: always `Some`, never panics.
+fn versions_merge(
+    key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
+    Some(match key.first() {
+        Some(&crate::versions::KIND_REPLICA_VV) => {
+            crate::vv::merge_vv_operands(existing, operands.iter())
+        }
+        Some(&crate::offsets::KIND_OFFSETS) => {
+            crate::offsets::merge_offset_operands(existing, operands.iter())
+        }
+        _ => operands
+            .iter()
+            .last()
+            .or(existing)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default(),
+    })
 }
 
 #[derive(Clone, Copy)]

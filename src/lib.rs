@@ -41,26 +41,32 @@ mod clock;
 mod codec;
 mod commit;
 mod config;
+mod consumer;
 mod engine;
 mod error;
 mod keys;
 mod metrics;
+mod offsets;
 mod record;
 mod store;
+mod unique;
 mod versions;
 mod vv;
 
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use commit::{Commit, CommitConflict, Committed};
 pub use config::{Config, Durability};
+pub use consumer::{Begin, ConsumerOptions, MessageFailed};
 pub use error::{Error, InvalidInput, Result};
 pub use keys::{derive_key, fingerprint, mint_key};
 pub use metrics::{Counters, Stats};
+pub use offsets::OffsetWindow;
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     Response,
 };
 pub use store::{Execution, Store, MAX_FINGERPRINT_LEN};
+pub use unique::{Released, Reservation};
 pub use versions::{
     etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,
 };

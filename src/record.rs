@@ -81,9 +81,15 @@ pub struct Lease {
     pub(crate) takeover: bool,
     pub(crate) checkpoint: Option<Checkpoint>,
     pub(crate) store_id: u128,
+    /// Whether this lease is for a consumer message (consumer namespace) or a request.
+    pub(crate) consumer: bool,
 }
 
 impl Lease {
+    pub(crate) fn record_key(&self) -> Vec<u8> {
+        crate::codec::record_key_in(self.consumer, &self.tenant, &self.key)
+    }
+
     /// The tenant of the key.
     pub fn tenant(&self) -> &[u8] {
         &self.tenant

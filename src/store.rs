@@ -124,7 +124,23 @@ impl Store {
         fingerprint: impl AsRef<[u8]>,
         opts: ClaimOptions,
     ) -> Result<Claim> {
-        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        self.claim_in(
+            false,
+            tenant.as_ref(),
+            key.as_ref(),
+            fingerprint.as_ref(),
+            opts,
+        )
+    }
+
+    pub(crate) fn claim_in(
+        &self,
+        consumer: bool,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+    ) -> Result<Claim> {
         self.check_names(tenant, key)?;
         if fingerprint.len() > MAX_FINGERPRINT_LEN {
             return Err(InvalidInput::TooLarge {
@@ -149,7 +165,7 @@ impl Store {
         let (lease_ms, retention_ms) = (duration_millis(lease_d), duration_millis(retention_d));
         let m = &self.inner.metrics;
 
-        let rkey = codec::record_key(tenant, key);
+        let rkey = codec::record_key_in(consumer, tenant, key);
         let _guard = self.lock(&rkey);
         let now = self.now();
         let mut old = self.load(&rkey)?;
@@ -240,6 +256,7 @@ impl Store {
             takeover,
             checkpoint: new.checkpoint,
             store_id: self.inner.store_id,
+            consumer,
         }))
     }
 
@@ -643,7 +660,7 @@ impl Store {
         f: impl FnOnce(&mut Record, Millis) -> Result<T>,
     ) -> Result<std::result::Result<T, LeaseLost>> {
         self.check_lease_store(lease)?;
-        let rkey = codec::record_key(&lease.tenant, &lease.key);
+        let rkey = lease.record_key();
         let guard = self.lock(&rkey);
         let now = self.now();
         let old = match check_holder(self.load(&rkey)?, lease, now) {

@@ -1,0 +1,136 @@
+//! Idempotent event consumers: message deduplication per consumer group. Invariant: a message is
+//! a record in the consumer namespace of the records column family, keyed by (group, message id),
+//! so it has exactly the request lifecycle (leases, fencing, takeover, expiry); a message that has
+//! been attempted `max_attempts` times is stored as a terminal "poisoned" failure and never
+//! handed out again until it expires.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Replay, Response};
+use crate::store::Store;
+
+/// Metadata key marking a stored failure as a poisoned message.
+const POISONED: &str = "idemdb.poisoned";
+
+/// Per-group consumer settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    /// Attempts (failures, or crashed workers whose lease was taken over) before a message is
+    /// poisoned. Default: 5.
+    pub max_attempts: u32,
+    /// Lease per delivery. Default: the store's [`crate::Config::lease`].
+    pub lease: Option<Duration>,
+    /// How long a processed message id is remembered. Default: the store's retention.
+    pub retention: Option<Duration>,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            lease: None,
+            retention: None,
+        }
+    }
+}
+
+/// What [`Store::begin`] found for a delivered message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Begin {
+    /// Process it, then [`Store::complete`] (or commit) or [`Store::fail_message`].
+    Process(Lease),
+    /// Already processed: acknowledge it to the broker (and reply with the stored outcome).
+    Duplicate(Replay),
+    /// Another worker holds a live lease on it.
+    InFlight {
+        /// Time until that lease ends.
+        retry_after: Duration,
+    },
+    /// Failed `max_attempts` times: it belongs in a dead-letter queue.
+    Poisoned {
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+/// What [`Store::fail_message`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFailed {
+    /// Released for another attempt.
+    WillRetry {
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// This was the last allowed attempt: the message is now poisoned.
+    Poisoned {
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+fn poison_marker(attempts: u32) -> Response {
+    Response::new(Vec::new())
+        .with_meta(POISONED, "true")
+        .with_meta("attempts", attempts.to_string())
+}
+
+fn poisoned_attempts(r: &Replay) -> Option<u32> {
+    r.response.meta.get(POISONED)?;
+    r.response.meta.get("attempts").and_then(|a| a.parse().ok())
+}
+
+impl Store {
+    /// A delivery of `message_id` to consumer `group`. Groups are independent namespaces, and no
+    /// group collides with a request tenant of the same name.
+    pub fn begin(
+        &self,
+        group: impl AsRef<[u8]>,
+        message_id: impl AsRef<[u8]>,
+        opts: &ConsumerOptions,
+    ) -> Result<Begin> {
+        let (group, id) = (group.as_ref(), message_id.as_ref());
+        self.check_names(group, id)?;
+        let claim_opts = ClaimOptions {
+            lease: opts.lease,
+            retention: opts.retention,
+        };
+        Ok(match self.claim_in(true, group, id, &[], claim_opts)? {
+            Claim::Acquired(lease) if lease.attempt() > opts.max_attempts.max(1) => {
+                // Its workers kept crashing: poison it instead of handing it out again.
+                let attempts = lease.attempt() - 1;
+                match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
+                    Ok(()) | Err(_) => Begin::Poisoned { attempts },
+                }
+            }
+            Claim::Acquired(lease) => Begin::Process(lease),
+            Claim::Completed(r) => Begin::Duplicate(r),
+            Claim::Failed(r) => match poisoned_attempts(&r) {
+                Some(attempts) => Begin::Poisoned { attempts },
+                None => Begin::Duplicate(r),
+            },
+            Claim::InProgress { retry_after } => Begin::InFlight { retry_after },
+            Claim::Mismatch => Begin::InFlight {
+                retry_after: Duration::ZERO,
+            },
+        })
+    }
+
+    /// Records a failed processing attempt: releases the message for redelivery, or poisons it
+    /// once `max_attempts` attempts were made.
+    pub fn fail_message(
+        &self,
+        lease: &Lease,
+        opts: &ConsumerOptions,
+    ) -> Result<std::result::Result<MessageFailed, LeaseLost>> {
+        let attempts = lease.attempt();
+        if attempts >= opts.max_attempts.max(1) {
+            let r = self.fail(lease, FailKind::Terminal(poison_marker(attempts)))?;
+            Ok(r.map(|()| MessageFailed::Poisoned { attempts }))
+        } else {
+            let r = self.fail(lease, FailKind::Retryable)?;
+            Ok(r.map(|()| MessageFailed::WillRetry { attempts }))
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Offset watermarks per (group, topic, partition). Invariant: the stored window is the join of
+//! every update ever merged: `next` (every offset below it is processed) is the maximum seen, the
+//! set holds processed offsets at or above `next`, and normalisation moves `next` past any offsets
+//! that became contiguous. Join is commutative, associative and idempotent, so updates are blind
+//! merges, and storage is O(out-of-order window), not O(messages).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::engine::Cf;
+use crate::error::Result;
+use crate::store::Store;
+use crate::versions::entity_key;
+
+pub(crate) const KIND_OFFSETS: u8 = 4;
+
+/// The processed offsets of one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetWindow {
+    next: u64,
+    above: BTreeSet<u64>,
+}
+
+impl OffsetWindow {
+    /// The committed watermark: every offset at or below it is processed (`None`: not even 0).
+    pub fn watermark(&self) -> Option<u64> {
+        self.next.checked_sub(1)
+    }
+    /// Whether `offset` is processed (exact).
+    pub fn contains(&self, offset: u64) -> bool {
+        offset < self.next || self.above.contains(&offset)
+    }
+    /// Processed offsets above the watermark (the out-of-order window).
+    pub fn pending_gaps_len(&self) -> usize {
+        self.above.len()
+    }
+
+    fn processed(offset: u64) -> Self {
+        let mut s = Self::default();
+        s.above.insert(offset);
+        s.normalise();
+        s
+    }
+
+    fn join(&mut self, other: &OffsetWindow) {
+        self.next = self.next.max(other.next);
+        self.above.extend(other.above.iter().copied());
+        self.normalise();
+    }
+
+    fn normalise(&mut self) {
+        self.above = self.above.split_off(&self.next);
+        while self.above.remove(&self.next) {
+            self.next = self.next.saturating_add(1);
+        }
+    }
+}
+
+fn decode(bytes: &[u8]) -> Option<OffsetWindow> {
+    let body = codec::unseal("offset window", bytes).ok()?;
+    let mut w: OffsetWindow = codec::from_bincode("offset window", body).ok()?;
+    w.normalise();
+    Some(w)
+}
+
+fn encode(w: &OffsetWindow) -> Vec<u8> {
+    codec::seal(&codec::to_bincode(w))
+}
+
+/// The offset-window merge: the join of the existing value and every operand that decodes;
+/// malformed ones are skipped. Total, deterministic, clock-free.
+pub(crate) fn merge_offset_operands<'a>(
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let mut acc = OffsetWindow::default();
+    for w in existing.into_iter().chain(operands).filter_map(decode) {
+        acc.join(&w);
+    }
+    encode(&acc)
+}
+
+fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {
+    let id = codec::composite(&[topic, &partition.to_be_bytes()]);
+    entity_key(KIND_OFFSETS, group, &id)
+}
+
+impl Store {
+    /// Marks `offset` of a partition processed, in any order (a blind merge: no read, no lock).
+    pub fn mark_processed(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        offset: u64,
+    ) -> Result<()> {
+        self.merge_window(
+            group.as_ref(),
+            topic.as_ref(),
+            partition,
+            &OffsetWindow::processed(offset),
+        )
+    }
+
+    /// Declares every offset at or below `watermark` processed (a monotone maximum).
+    pub fn commit_watermark(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        watermark: u64,
+    ) -> Result<()> {
+        let w = OffsetWindow {
+            next: watermark.saturating_add(1),
+            above: BTreeSet::new(),
+        };
+        self.merge_window(group.as_ref(), topic.as_ref(), partition, &w)
+    }
+
+    /// The processed offsets of a partition.
+    pub fn offset_window(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+    ) -> Result<OffsetWindow> {
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        self.check_names(group, topic)?;
+        match self
+            .engine()
+            .get(Cf::Versions, &partition_key(group, topic, partition))?
+        {
+            None => Ok(OffsetWindow::default()),
+            Some(b) => {
+                let body = codec::unseal("offset window", &b)?;
+                let mut w: OffsetWindow = codec::from_bincode("offset window", body)?;
+                w.normalise();
+                Ok(w)
+            }
+        }
+    }
+
+    /// Whether `offset` of a partition is processed (exact).
+    pub fn is_processed(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        offset: u64,
+    ) -> Result<bool> {
+        Ok(self
+            .offset_window(group, topic, partition)?
+            .contains(offset))
+    }
+
+    fn merge_window(
+        &self,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        w: &OffsetWindow,
+    ) -> Result<()> {
+        self.check_names(group, topic)?;
+        let mut b = self.engine().batch();
+        b.merge(
+            Cf::Versions,
+            &partition_key(group, topic, partition),
+            &encode(w),
+        );
+        self.engine().write(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_closes_gaps() {
+        let mut w = OffsetWindow::default();
+        for o in [3, 1, 0, 5] {
+            w.join(&OffsetWindow::processed(o));
+        }
+        assert_eq!(w.watermark(), Some(1));
+        assert!(w.contains(3) && !w.contains(2) && !w.contains(4));
+        w.join(&OffsetWindow::processed(2));
+        w.join(&OffsetWindow::processed(4));
+        assert_eq!((w.watermark(), w.pending_gaps_len()), (Some(5), 0));
+    }
+}

@@ -1,0 +1,168 @@
+//! Unique constraints: reservations on business values. Invariant: at most one live reservation
+//! per (index, value), decided under the value's lock stripe; a reservation bound to a lease is
+//! live only while that lease's record is pending with the same fencing token and an unexpired
+//! lease, so completing, failing, losing or letting the lease expire frees the value.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::engine::Cf;
+use crate::error::Result;
+use crate::record::{Lease, LeaseLost, State};
+use crate::store::{check_holder, Store};
+use crate::versions::entity_key;
+
+pub(crate) const KIND_UNIQUE: u8 = 5;
+
+/// The outcome of a reservation attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// The value is now (or already was) reserved by this owner.
+    Reserved,
+    /// Another owner holds it.
+    Taken {
+        /// The current owner.
+        owner: Vec<u8>,
+    },
+}
+
+/// The outcome of a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The reservation was removed.
+    Released,
+    /// Another owner holds it; nothing changed.
+    NotOwner {
+        /// The current owner.
+        owner: Vec<u8>,
+    },
+    /// Nothing (live) was reserved.
+    Absent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Stored {
+    pub owner: Vec<u8>,
+    /// (record key, fencing token) of the lease it is bound to.
+    pub bound: Option<(Vec<u8>, u64)>,
+}
+
+pub(crate) fn unique_key(index: &[u8], value: &[&[u8]]) -> Vec<u8> {
+    entity_key(KIND_UNIQUE, index, &codec::composite(value))
+}
+
+impl Store {
+    /// Reserves `value` (its parts encoded unambiguously) in `index` for `owner`.
+    pub fn reserve(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Result<Reservation> {
+        let (index, owner) = (index.as_ref(), owner.as_ref());
+        let key = self.unique_key_checked(index, value)?;
+        self.check_names(index, owner)?;
+        let _g = self.lock(&key);
+        self.put_reservation(
+            &key,
+            Stored {
+                owner: owner.to_vec(),
+                bound: None,
+            },
+        )
+    }
+
+    /// Reserves `value` in `index` for as long as `lease` is pending (a partial unique constraint:
+    /// at most one pending operation per value). The owner is the lease's key.
+    pub fn reserve_for(
+        &self,
+        lease: &Lease,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+        self.check_lease_store(lease)?;
+        let index = index.as_ref();
+        let key = self.unique_key_checked(index, value)?;
+        let rkey = lease.record_key();
+        let _g = self.lock_many([key.as_slice(), rkey.as_slice()].into_iter());
+        if let Err(lost) = check_holder(self.load(&rkey)?, lease, self.now()) {
+            return Ok(Err(lost));
+        }
+        let stored = Stored {
+            owner: lease.key().to_vec(),
+            bound: Some((rkey, lease.fence())),
+        };
+        Ok(Ok(self.put_reservation(&key, stored)?))
+    }
+
+    /// Frees `value` in `index` if `owner` holds it.
+    pub fn release(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Result<Released> {
+        let (index, owner) = (index.as_ref(), owner.as_ref());
+        let key = self.unique_key_checked(index, value)?;
+        let _g = self.lock(&key);
+        match self.live_reservation(&key)? {
+            None => Ok(Released::Absent),
+            Some(s) if s.owner != owner => Ok(Released::NotOwner { owner: s.owner }),
+            Some(_) => {
+                let mut b = self.engine().batch();
+                b.delete(Cf::Versions, &key);
+                self.engine().write(b)?;
+                Ok(Released::Released)
+            }
+        }
+    }
+
+    /// The current owner of `value` in `index`, if it is reserved (and its lease, if bound, is
+    /// still pending).
+    pub fn reservation_owner(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+    ) -> Result<Option<Vec<u8>>> {
+        let key = self.unique_key_checked(index.as_ref(), value)?;
+        Ok(self.live_reservation(&key)?.map(|s| s.owner))
+    }
+
+    fn unique_key_checked(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
+        let encoded = codec::composite(value);
+        self.check_names(index, &encoded)?;
+        Ok(entity_key(KIND_UNIQUE, index, &encoded))
+    }
+
+    /// Writes `stored` at `key` unless another live owner holds it. Caller holds the stripe.
+    pub(crate) fn put_reservation(&self, key: &[u8], stored: Stored) -> Result<Reservation> {
+        if let Some(cur) = self.live_reservation(key)? {
+            if cur.owner != stored.owner {
+                return Ok(Reservation::Taken { owner: cur.owner });
+            }
+        }
+        let mut b = self.engine().batch();
+        b.put(Cf::Versions, key, &codec::seal(&codec::to_bincode(&stored)));
+        self.engine().write(b)?;
+        Ok(Reservation::Reserved)
+    }
+
+    /// The reservation at `key` if it is live.
+    pub(crate) fn live_reservation(&self, key: &[u8]) -> Result<Option<Stored>> {
+        let Some(bytes) = self.engine().get(Cf::Versions, key)? else {
+            return Ok(None);
+        };
+        let body = codec::unseal("reservation", &bytes)?;
+        let stored: Stored = codec::from_bincode("reservation", body)?;
+        let Some((rkey, fence)) = &stored.bound else {
+            return Ok(Some(stored));
+        };
+        let now = self.now();
+        let live = self.load(rkey)?.is_some_and(|r| {
+            r.expires_at > now
+                && r.fence == *fence
+                && matches!(r.state, State::Pending { lease_until } if lease_until > now)
+        });
+        Ok(live.then_some(stored))
+    }
+}
