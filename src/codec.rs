@@ -208,6 +208,42 @@ pub(crate) fn from_bincode<T: serde::de::DeserializeOwned>(
     Ok(v)
 }
 
+/// `#[serde(with = "crate::codec::bytes")]` for `Vec<u8>` fields: serialised as one byte string
+/// (length, then the bytes) and read back with one copy, instead of element by element (which
+/// profiling showed as the largest cost of a replay).
+pub(crate) mod bytes {
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    pub(crate) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = seq.next_element()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_byte_buf(Bytes)
+    }
+}
+
 /// A u64 stored big-endian in exactly 8 bytes.
 pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
     let arr: [u8; 8] = bytes.try_into().ok()?;

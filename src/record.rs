@@ -16,6 +16,7 @@ use crate::error::{InvalidInput, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// The body, byte for byte.
+    #[serde(with = "crate::codec::bytes")]
     pub body: Vec<u8>,
     /// Small string metadata, such as `status` → `201`.
     pub meta: BTreeMap<String, String>,
@@ -65,6 +66,7 @@ pub struct Checkpoint {
     /// The phase reached, for example `"charged"`.
     pub phase: String,
     /// Whatever state the operation needs to resume from that phase.
+    #[serde(with = "crate::codec::bytes")]
     pub state: Vec<u8>,
 }
 
@@ -243,6 +245,7 @@ impl ClaimOptions {
 pub(crate) struct Record {
     #[serde(skip)]
     pub expires_at: Millis,
+    #[serde(with = "crate::codec::bytes")]
     pub fingerprint: Vec<u8>,
     pub created_at: Millis,
     pub fence: u64,

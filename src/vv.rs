@@ -114,6 +114,7 @@ pub struct Sibling {
     /// That actor's event counter for this write.
     pub counter: u64,
     /// The value.
+    #[serde(with = "crate::codec::bytes")]
     pub value: Vec<u8>,
 }
 
