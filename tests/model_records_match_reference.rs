@@ -2,14 +2,15 @@
 //! reference model of the record API, over a tiny key space (2 tenants × 3 keys × 2 fingerprints)
 //! so that conflicts, takeovers, mismatches and expiries happen all the time. Every outcome is
 //! compared, and after every step the observable state of every key (`get`) must equal the model's,
-//! whether or not compaction, sweeps or reopen ran in between.
+//! whether or not compaction, sweeps or reopen ran in between. Versioned entities (conditional
+//! puts and deletes with tombstones) run in the same sequences against their own model.
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use idemdb::{
-    Checkpoint, Claim, ClaimOptions, Config, Durability, FailKind, Lease, LeaseLost, ManualClock,
-    RecordInfo, RecordState, Replay, Response, Store,
+    Checkpoint, Claim, ClaimOptions, Config, Conflict, Durability, Expect, FailKind, Lease,
+    LeaseLost, ManualClock, RecordInfo, RecordState, Replay, Response, Store, Versioned,
 };
 use proptest::prelude::*;
 
@@ -58,6 +59,17 @@ enum Op {
     },
     Compact,
     Reopen,
+    EntityPut {
+        t: usize,
+        k: usize,
+        expect: u8,
+        val: u8,
+    },
+    EntityDelete {
+        t: usize,
+        k: usize,
+        expect: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -73,6 +85,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..2usize, 0..3usize).prop_map(|(t, k)| Op::Forget { t, k }),
         4 => (1..60u64).prop_map(|s| Op::Advance { s }),
         1 => (1..4usize).prop_map(|limit| Op::Sweep { limit }),
+        2 => (0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(t, k, expect, val)| Op::EntityPut { t, k, expect, val }),
+        1 => (0..2usize, 0..3usize, 0..4u8).prop_map(|(t, k, expect)| Op::EntityDelete { t, k, expect }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
     ]
@@ -99,10 +113,15 @@ struct MRec {
 }
 
 /// The reference model: obviously right, and nothing more.
+/// An entity's version and its value (`None`: a tombstone).
+type EntityState = (u64, Option<Vec<u8>>);
+
 struct Model {
     now: u64,
     next_fence: u64,
     recs: BTreeMap<(usize, usize), MRec>,
+    /// Versioned entities: (version, value or tombstone).
+    ents: BTreeMap<(usize, usize), EntityState>,
 }
 
 impl Model {
@@ -184,6 +203,36 @@ impl Model {
                 current_fence: r.fence,
             }),
             MState::Pending { .. } => Ok(r),
+        }
+    }
+
+    fn live_entity(&self, id: (usize, usize)) -> Option<Versioned> {
+        let (version, value) = self.ents.get(&id)?;
+        value.as_ref().map(|v| Versioned {
+            value: v.clone(),
+            version: *version,
+        })
+    }
+
+    /// The condition for an entity op: 0 absent, 1 the live version, 2 a wrong version, 3 any.
+    fn entity_expect(&self, id: (usize, usize), kind: u8) -> (Option<Versioned>, Expect) {
+        let live = self.live_entity(id);
+        let cur = self.ents.get(&id).map_or(0, |x| x.0);
+        let e = match kind {
+            0 => Expect::Absent,
+            1 => Expect::Version(live.as_ref().map_or(1, |l| l.version)),
+            2 => Expect::Version(cur + 5),
+            _ => Expect::Any,
+        };
+        (live, e)
+    }
+
+    fn holds(&self, id: (usize, usize), e: Expect) -> bool {
+        let live = self.live_entity(id);
+        match e {
+            Expect::Absent => live.is_none(),
+            Expect::Version(v) => live.is_some_and(|l| l.version == v),
+            Expect::Any => true,
         }
     }
 
@@ -290,6 +339,7 @@ fn run(ops: Vec<Op>) {
         now: 0,
         next_fence: 1,
         recs: BTreeMap::new(),
+        ents: BTreeMap::new(),
     };
     let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
@@ -422,6 +472,40 @@ fn run(ops: Vec<Op>) {
                 store = open(dir.path(), &clock);
                 count("reopen".into());
             }
+            Op::EntityPut { t, k, expect, val } => {
+                let (live, e) = model.entity_expect((t, k), expect);
+                let want = if model.holds((t, k), e) {
+                    let v = model.ents.get(&(t, k)).map_or(0, |x| x.0) + 1;
+                    model.ents.insert((t, k), (v, Some(vec![val])));
+                    Ok(v)
+                } else {
+                    Err(Conflict { current: live })
+                };
+                let got = store.put_entity(TENANTS[t], KEYS[k], e, vec![val]).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "entity put: {}",
+                    if got.is_ok() { "ok" } else { "conflict" }
+                ));
+            }
+            Op::EntityDelete { t, k, expect } => {
+                let (live, e) = model.entity_expect((t, k), expect);
+                let want = if !model.holds((t, k), e) {
+                    Err(Conflict { current: live })
+                } else if live.is_none() {
+                    Ok(None)
+                } else {
+                    let v = model.ents.get(&(t, k)).map_or(0, |x| x.0) + 1;
+                    model.ents.insert((t, k), (v, None));
+                    Ok(Some(v))
+                };
+                let got = store.delete_entity(TENANTS[t], KEYS[k], e).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "entity delete: {}",
+                    if got.is_ok() { "ok" } else { "conflict" }
+                ));
+            }
         }
         // After every step the observable state equals the model's.
         model.now = store.now();
@@ -429,6 +513,12 @@ fn run(ops: Vec<Op>) {
             for (k, key) in KEYS.iter().enumerate() {
                 let got = store.get(tenant, key).unwrap();
                 assert_eq!(got, model.info((t, k)), "{ctx}: state of {tenant}/{key}");
+                let ent = store.get_entity(tenant, key).unwrap();
+                assert_eq!(
+                    ent,
+                    model.live_entity((t, k)),
+                    "{ctx}: entity {tenant}/{key}"
+                );
             }
         }
     }
@@ -474,6 +564,10 @@ fn store_matches_model() {
         "fail terminal: ok",
         "renew: ok",
         "checkpoint: ok",
+        "entity put: ok",
+        "entity put: conflict",
+        "entity delete: ok",
+        "entity delete: conflict",
         "forget",
         "advance clock",
         "sweep",
