@@ -190,6 +190,19 @@ pub(crate) fn unseal<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8]
     }
 }
 
+/// Seals the bincode encoding of `v`.
+pub(crate) fn seal_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    seal(&to_bincode(v))
+}
+
+/// Unseals and decodes a value written by [`seal_bincode`].
+pub(crate) fn unseal_bincode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T> {
+    from_bincode(what, unseal(what, bytes)?)
+}
+
 /// Serialises with the bounded bincode configuration.
 pub(crate) fn to_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(v, bincode_config()).unwrap_or_default()

@@ -280,11 +280,7 @@ impl Commit<'_> {
                         }
                     }
                     let stored = crate::unique::Stored { owner, bound: None };
-                    batch.put(
-                        Cf::Versions,
-                        &key,
-                        &codec::seal(&codec::to_bincode(&stored)),
-                    );
+                    batch.put(Cf::Versions, &key, &codec::seal_bincode(&stored));
                     versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {

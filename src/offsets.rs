@@ -59,14 +59,13 @@ impl OffsetWindow {
 }
 
 fn decode(bytes: &[u8]) -> Option<OffsetWindow> {
-    let body = codec::unseal("offset window", bytes).ok()?;
-    let mut w: OffsetWindow = codec::from_bincode("offset window", body).ok()?;
+    let mut w: OffsetWindow = codec::unseal_bincode("offset window", bytes).ok()?;
     w.normalise();
     Some(w)
 }
 
 fn encode(w: &OffsetWindow) -> Vec<u8> {
-    codec::seal(&codec::to_bincode(w))
+    codec::seal_bincode(w)
 }
 
 /// The offset-window merge: the join of the existing value and every operand that decodes;
@@ -128,18 +127,10 @@ impl Store {
     ) -> Result<OffsetWindow> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
         self.check_names(group, topic)?;
-        match self
-            .engine()
-            .get(Cf::Versions, &partition_key(group, topic, partition))?
-        {
-            None => Ok(OffsetWindow::default()),
-            Some(b) => {
-                let body = codec::unseal("offset window", &b)?;
-                let mut w: OffsetWindow = codec::from_bincode("offset window", body)?;
-                w.normalise();
-                Ok(w)
-            }
-        }
+        let mut w: OffsetWindow =
+            self.load_sealed("offset window", &partition_key(group, topic, partition))?;
+        w.normalise();
+        Ok(w)
     }
 
     /// Whether `offset` of a partition is processed (exact).

@@ -554,6 +554,18 @@ impl Store {
         self.inner.next_fence.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Reads a sealed bincode value from the versions CF, or the type's default if absent.
+    pub(crate) fn load_sealed<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        what: &'static str,
+        key: &[u8],
+    ) -> Result<T> {
+        match self.inner.engine.get(Cf::Versions, key)? {
+            None => Ok(T::default()),
+            Some(b) => codec::unseal_bincode(what, &b),
+        }
+    }
+
     pub(crate) fn engine(&self) -> &Engine {
         &self.inner.engine
     }

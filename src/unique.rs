@@ -142,7 +142,7 @@ impl Store {
             }
         }
         let mut b = self.engine().batch();
-        b.put(Cf::Versions, key, &codec::seal(&codec::to_bincode(&stored)));
+        b.put(Cf::Versions, key, &codec::seal_bincode(&stored));
         self.engine().write(b)?;
         Ok(Reservation::Reserved)
     }
@@ -152,8 +152,7 @@ impl Store {
         let Some(bytes) = self.engine().get(Cf::Versions, key)? else {
             return Ok(None);
         };
-        let body = codec::unseal("reservation", &bytes)?;
-        let stored: Stored = codec::from_bincode("reservation", body)?;
+        let stored: Stored = codec::unseal_bincode("reservation", &bytes)?;
         let Some((rkey, fence)) = &stored.bound else {
             return Ok(Some(stored));
         };

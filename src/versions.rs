@@ -168,7 +168,9 @@ impl Store {
         value: impl Into<Vec<u8>>,
     ) -> Result<std::result::Result<Version, Conflict>> {
         let value = value.into();
-        self.write_entity(tenant.as_ref(), id.as_ref(), expect, Some(&value))
+        let r = self.write_entity(tenant.as_ref(), id.as_ref(), expect, Some(&value))?;
+        // A put always writes a version when its condition holds.
+        Ok(r.map(|v| v.unwrap_or_default()))
     }
 
     /// Deletes the entity if `expect` holds, leaving a tombstone that keeps its version so that a
@@ -180,24 +182,7 @@ impl Store {
         id: impl AsRef<[u8]>,
         expect: Expect,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
-        let key = entity_key(KIND_ENTITY, tenant, id);
-        let _g = self.lock(&key);
-        let cur = self.load_entity(&key)?;
-        if !expect.holds(cur.as_ref()) {
-            return Ok(Err(Conflict {
-                current: cur.and_then(|s| s.live()),
-            }));
-        }
-        if cur.as_ref().is_none_or(|s| s.value.is_none()) {
-            return Ok(Ok(None));
-        }
-        let v = next_version(cur.as_ref());
-        let mut b = self.engine().batch();
-        b.put(Cf::Versions, &key, &encode_entity(v, None));
-        self.engine().write(b)?;
-        Ok(Ok(Some(v)))
+        self.write_entity(tenant.as_ref(), id.as_ref(), expect, None)
     }
 
     /// Read, apply `f`, write if unchanged; on a conflict retry with exponential back-off and
@@ -225,15 +210,12 @@ impl Store {
                 .as_ref()
                 .map_or(Expect::Absent, |c| Expect::Version(c.version));
             let new = f(current.as_ref().map(|c| c.value.as_slice()));
-            let outcome = match &new {
-                Some(v) => self.write_entity(tenant, id, expect, Some(v))?.map(|ver| {
-                    Some(Versioned {
-                        value: v.clone(),
-                        version: ver,
-                    })
-                }),
-                None => self.delete_entity(tenant, id, expect)?.map(|_| None),
-            };
+            let outcome = self
+                .write_entity(tenant, id, expect, new.as_deref())?
+                .map(|ver| {
+                    new.zip(ver)
+                        .map(|(value, version)| Versioned { value, version })
+                });
             match outcome {
                 Ok(v) => return Ok(v),
                 Err(conflict) if attempt < opts.max_attempts => {
@@ -283,13 +265,15 @@ impl Store {
         Ok(new.map(|value| Versioned { value, version }))
     }
 
+    /// Writes `value` (or, for `None`, a tombstone) if `expect` holds, under the entity's stripe.
+    /// Deleting an absent entity writes nothing and returns `Ok(None)`.
     fn write_entity(
         &self,
         tenant: &[u8],
         id: &[u8],
         expect: Expect,
         value: Option<&[u8]>,
-    ) -> Result<std::result::Result<Version, Conflict>> {
+    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
         self.check_names(tenant, id)?;
         if let Some(v) = value {
             self.check_size("value", v.len())?;
@@ -302,11 +286,14 @@ impl Store {
                 current: cur.and_then(|s| s.live()),
             }));
         }
+        if value.is_none() && cur.as_ref().is_none_or(|s| s.value.is_none()) {
+            return Ok(Ok(None));
+        }
         let v = next_version(cur.as_ref());
         let mut b = self.engine().batch();
         b.put(Cf::Versions, &key, &encode_entity(v, value));
         self.engine().write(b)?;
-        Ok(Ok(v))
+        Ok(Ok(Some(v)))
     }
 
     pub(crate) fn load_entity(&self, key: &[u8]) -> Result<Option<Stored>> {

@@ -129,12 +129,11 @@ pub struct Siblings {
 }
 
 pub(crate) fn encode_vv(vv: &VersionVector) -> Vec<u8> {
-    codec::seal(&codec::to_bincode(vv))
+    codec::seal_bincode(vv)
 }
 
 fn decode_vv(bytes: &[u8]) -> Option<VersionVector> {
-    let body = codec::unseal("version vector", bytes).ok()?;
-    codec::from_bincode("version vector", body).ok()
+    codec::unseal_bincode("version vector", bytes).ok()
 }
 
 /// The replica-vector merge operator: the pointwise maximum of the existing value and every
@@ -186,7 +185,7 @@ impl Store {
             value,
         });
         let mut b = self.engine().batch();
-        b.put(Cf::Versions, &key, &codec::seal(&codec::to_bincode(&state)));
+        b.put(Cf::Versions, &key, &codec::seal_bincode(&state));
         self.engine().write(b)?;
         Ok(state)
     }
@@ -219,22 +218,10 @@ impl Store {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
         let key = entity_key(KIND_REPLICA_VV, tenant, id);
-        match self.engine().get(Cf::Versions, &key)? {
-            None => Ok(VersionVector::new()),
-            Some(b) => {
-                let body = codec::unseal("version vector", &b)?;
-                codec::from_bincode("version vector", body)
-            }
-        }
+        self.load_sealed("version vector", &key)
     }
 
     fn load_causal(&self, key: &[u8]) -> Result<Siblings> {
-        match self.engine().get(Cf::Versions, key)? {
-            None => Ok(Siblings::default()),
-            Some(b) => {
-                let body = codec::unseal("causal entity", &b)?;
-                codec::from_bincode("causal entity", body)
-            }
-        }
+        self.load_sealed("causal entity", key)
     }
 }

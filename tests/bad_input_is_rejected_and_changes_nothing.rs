@@ -5,13 +5,6 @@ use idemdb::{ClaimOptions, Config, Error, InvalidInput, ManualClock, Response};
 
 mod common;
 
-fn invalid<T: std::fmt::Debug>(r: idemdb::Result<T>) -> InvalidInput {
-    match r {
-        Err(Error::InvalidInput(i)) => i,
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
-}
-
 #[test]
 fn hostile_arguments_get_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -27,15 +20,15 @@ fn hostile_arguments_get_typed_errors() {
     let long_tenant = "t".repeat(65);
 
     assert!(matches!(
-        invalid(store.claim("", "k", b"", d)),
+        common::invalid(store.claim("", "k", b"", d)),
         InvalidInput::Empty { field: "tenant" }
     ));
     assert!(matches!(
-        invalid(store.claim("t", "", b"", d)),
+        common::invalid(store.claim("t", "", b"", d)),
         InvalidInput::Empty { field: "key" }
     ));
     assert!(matches!(
-        invalid(store.claim("t", &long_key, b"", d)),
+        common::invalid(store.claim("t", &long_key, b"", d)),
         InvalidInput::TooLong {
             field: "key",
             len: 256,
@@ -43,14 +36,14 @@ fn hostile_arguments_get_typed_errors() {
         }
     ));
     assert!(matches!(
-        invalid(store.claim(&long_tenant, "k", b"", d)),
+        common::invalid(store.claim(&long_tenant, "k", b"", d)),
         InvalidInput::TooLong {
             field: "tenant",
             ..
         }
     ));
     assert!(matches!(
-        invalid(store.claim("t", "k2", vec![0u8; 2000], d)),
+        common::invalid(store.claim("t", "k2", vec![0u8; 2000], d)),
         InvalidInput::TooLarge {
             what: "fingerprint",
             ..
@@ -66,12 +59,12 @@ fn hostile_arguments_get_typed_errors() {
             .retention(Duration::from_secs(3600)),
     ] {
         assert!(matches!(
-            invalid(store.claim("t", "k2", b"", opts)),
+            common::invalid(store.claim("t", "k2", b"", opts)),
             InvalidInput::Duration { .. }
         ));
     }
     assert!(matches!(
-        invalid(store.complete(&l, Response::new(vec![0u8; 1001]))),
+        common::invalid(store.complete(&l, Response::new(vec![0u8; 1001]))),
         InvalidInput::TooLarge {
             what: "response",
             len: 1001,
@@ -79,21 +72,21 @@ fn hostile_arguments_get_typed_errors() {
         }
     ));
     assert!(matches!(
-        invalid(store.complete(
+        common::invalid(store.complete(
             &l,
             Response::new(vec![0u8; 990]).with_meta("content-type", "x")
         )),
         InvalidInput::TooLarge { .. }
     ));
     assert!(matches!(
-        invalid(store.checkpoint(&l, "p", vec![0u8; 1000])),
+        common::invalid(store.checkpoint(&l, "p", vec![0u8; 1000])),
         InvalidInput::TooLarge {
             what: "checkpoint",
             ..
         }
     ));
     assert!(matches!(
-        invalid(store.fail(
+        common::invalid(store.fail(
             &l,
             idemdb::FailKind::Terminal(Response::new(vec![0u8; 5000]))
         )),
@@ -104,19 +97,19 @@ fn hostile_arguments_get_typed_errors() {
     ));
     let mut l2 = l.clone();
     assert!(matches!(
-        invalid(store.renew(&mut l2, Duration::ZERO)),
+        common::invalid(store.renew(&mut l2, Duration::ZERO)),
         InvalidInput::Duration { .. }
     ));
     assert!(matches!(
-        invalid(store.renew(&mut l2, Duration::MAX)),
+        common::invalid(store.renew(&mut l2, Duration::MAX)),
         InvalidInput::Duration { .. }
     ));
     assert!(matches!(
-        invalid(store.get("", "k")),
+        common::invalid(store.get("", "k")),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.forget("t", &long_key)),
+        common::invalid(store.forget("t", &long_key)),
         InvalidInput::TooLong { .. }
     ));
 

@@ -1,15 +1,8 @@
 //! The entry points added after records reject hostile input with typed errors and change nothing:
 //! entities, commits, causal writes, consumers, watermarks and reservations.
-use idemdb::{ConsumerOptions, Error, Expect, InvalidInput, ManualClock, VersionVector};
+use idemdb::{ConsumerOptions, Expect, InvalidInput, ManualClock, VersionVector};
 
 mod common;
-
-fn invalid<T: std::fmt::Debug>(r: idemdb::Result<T>) -> InvalidInput {
-    match r {
-        Err(Error::InvalidInput(i)) => i,
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
-}
 
 #[test]
 fn hostile_arguments_get_typed_errors() {
@@ -22,27 +15,27 @@ fn hostile_arguments_get_typed_errors() {
     let long = "x".repeat(300);
     let big = vec![0u8; 101];
     assert!(matches!(
-        invalid(store.put_entity("", "e", Expect::Any, "v")),
+        common::invalid(store.put_entity("", "e", Expect::Any, "v")),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.put_entity("t", &long, Expect::Any, "v")),
+        common::invalid(store.put_entity("t", &long, Expect::Any, "v")),
         InvalidInput::TooLong { .. }
     ));
     assert!(matches!(
-        invalid(store.put_entity("t", "e", Expect::Any, big.clone())),
+        common::invalid(store.put_entity("t", "e", Expect::Any, big.clone())),
         InvalidInput::TooLarge { .. }
     ));
     assert!(matches!(
-        invalid(store.get_entity("t", "")),
+        common::invalid(store.get_entity("t", "")),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.delete_entity("t", "", Expect::Any)),
+        common::invalid(store.delete_entity("t", "", Expect::Any)),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(
+        common::invalid(
             store
                 .commit()
                 .put("t", "a", Expect::Any, "1")
@@ -52,31 +45,31 @@ fn hostile_arguments_get_typed_errors() {
         InvalidInput::TooLarge { .. }
     ));
     assert!(matches!(
-        invalid(store.causal_put("t", "c", "", &VersionVector::new(), "v")),
+        common::invalid(store.causal_put("t", "c", "", &VersionVector::new(), "v")),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.begin("", "m", &ConsumerOptions::default())),
+        common::invalid(store.begin("", "m", &ConsumerOptions::default())),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.begin("g", &long, &ConsumerOptions::default())),
+        common::invalid(store.begin("g", &long, &ConsumerOptions::default())),
         InvalidInput::TooLong { .. }
     ));
     assert!(matches!(
-        invalid(store.mark_processed("g", "", 0, 1)),
+        common::invalid(store.mark_processed("g", "", 0, 1)),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.reserve("", &[b"v"], "o")),
+        common::invalid(store.reserve("", &[b"v"], "o")),
         InvalidInput::Empty { .. }
     ));
     assert!(matches!(
-        invalid(store.reserve("i", &[long.as_bytes()], "o")),
+        common::invalid(store.reserve("i", &[long.as_bytes()], "o")),
         InvalidInput::TooLong { .. }
     ));
     assert!(matches!(
-        invalid(store.reserve("i", &[b"v"], "")),
+        common::invalid(store.reserve("i", &[b"v"], "")),
         InvalidInput::Empty { .. }
     ));
     // Nothing was written by any of them.

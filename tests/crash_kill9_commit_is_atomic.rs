@@ -4,13 +4,11 @@
 //! commit. The parent SIGKILLs it at random moments and checks after each reopen: A + B is
 //! constant, every ledger entry has its completed request and vice versa (both or neither), every
 //! acknowledged commit is present, and versions never went backwards.
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::io::Write;
 
-use idemdb::{
-    Claim, ClaimOptions, Clock, Config, Durability, Expect, RecordState, Response, SystemClock,
-};
+mod common;
+
+use idemdb::{Claim, ClaimOptions, Config, Durability, Expect, RecordState, Response};
 
 const CHILD_ENV: &str = "IDEMDB_COMMIT_CHILD_DIR";
 const TOTAL: u64 = 1_000_000;
@@ -96,43 +94,20 @@ fn commits_are_all_or_nothing_across_sigkill() {
             .unwrap();
         s.close().unwrap();
     }
-    let exe = std::env::current_exe().unwrap();
     let mut acked: Vec<(u64, u64)> = Vec::new();
     let mut last_version = 0;
-    let mut seed = SystemClock.now_millis() | 1;
+    let mut rng = common::Xorshift::from_clock();
     for iter in 0..iterations {
         let start = iter * 1_000_000;
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "commit_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path)
-            .env("IDEMDB_COMMIT_START", start.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| {
-                    let mut p = l.strip_prefix("ACK ")?.split(' ');
-                    Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
-                })
-                .collect::<Vec<(u64, u64)>>()
-        });
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(30 + seed % 250));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let mut child = common::spawn_child(
+            "commit_child",
+            &[
+                (CHILD_ENV, path.clone()),
+                ("IDEMDB_COMMIT_START", start.to_string()),
+            ],
+        );
+        let reader = common::read_acks(&mut child);
+        common::kill_after_random_pause(&mut child, &mut rng, 30, 250);
         let new_acks = reader.join().unwrap();
         acked.extend(&new_acks);
 

@@ -4,10 +4,12 @@
 //! moments many times, then lets a last child finish. The final ledger is exact: every message's
 //! effect exactly once, none lost, none doubled (the total, updated by compare-and-swap, equals
 //! the number of ledger entries equals N).
-use std::process::{Command, Stdio};
+
 use std::time::Duration;
 
-use idemdb::{Begin, Clock, Config, ConsumerOptions, Durability, Expect, Response, SystemClock};
+mod common;
+
+use idemdb::{Begin, Config, ConsumerOptions, Durability, Expect, Response};
 
 const CHILD_ENV: &str = "IDEMDB_CONSUMER_CHILD_DIR";
 const MESSAGES: u64 = 3_000;
@@ -87,25 +89,11 @@ fn ledger_is_exact_after_many_sigkills() {
             .unwrap();
         s.close().unwrap();
     }
-    let exe = std::env::current_exe().unwrap();
-    let spawn = || {
-        Command::new(&exe)
-            .args(["--exact", "consumer_child", "--ignored", "--test-threads=1"])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut seed = SystemClock.now_millis() | 1;
+    let spawn = || common::spawn_child("consumer_child", &[(CHILD_ENV, path.clone())]);
+    let mut rng = common::Xorshift::from_clock();
     for _ in 0..iterations {
         let mut child = spawn();
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(20 + seed % 150));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        common::kill_after_random_pause(&mut child, &mut rng, 20, 150);
         let store = open(&path);
         let total = num(&store.get_entity("acct", "total").unwrap().unwrap().value);
         let entries = (0..MESSAGES)

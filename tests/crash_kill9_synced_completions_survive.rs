@@ -3,9 +3,9 @@
 //! The parent SIGKILLs it at a random moment, reopens the store and checks that every acknowledged
 //! completion is present and intact, fencing tokens never went backwards, every record decodes, and
 //! every pending record can be taken over. Repeated `IDEMDB_CRASH_ITERATIONS` times (default 100).
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::io::Write;
+
+mod common;
 
 use idemdb::{
     Claim, ClaimOptions, Clock, Config, Durability, FailKind, ManualClock, RecordState, Response,
@@ -76,43 +76,20 @@ fn acknowledged_completions_survive_sigkill() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked: Vec<(u64, u64)> = Vec::new();
     let mut max_fence = 0;
-    let mut seed = SystemClock.now_millis() | 1;
+    let mut rng = common::Xorshift::from_clock();
     for iter in 0..iterations {
         let start = iter * 1_000_000;
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .env("IDEMDB_CRASH_START", start.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| {
-                    let mut p = l.strip_prefix("ACK ")?.split(' ');
-                    Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
-                })
-                .collect::<Vec<(u64, u64)>>()
-        });
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(30 + seed % 300));
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        let mut child = common::spawn_child(
+            "crash_child",
+            &[
+                (CHILD_ENV, dir.path().display().to_string()),
+                ("IDEMDB_CRASH_START", start.to_string()),
+            ],
+        );
+        let reader = common::read_acks(&mut child);
+        common::kill_after_random_pause(&mut child, &mut rng, 30, 300);
         let new_acks = reader.join().unwrap();
         acked.extend(&new_acks);
 

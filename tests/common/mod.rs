@@ -29,3 +29,73 @@ pub fn acquire(store: &Store, tenant: &str, key: &str, fp: &[u8]) -> Lease {
         other => panic!("expected to acquire {tenant}/{key}, got {other:?}"),
     }
 }
+
+/// The typed invalid-input error of `r`, or a panic saying what came instead.
+pub fn invalid<T: std::fmt::Debug>(r: idemdb::Result<T>) -> idemdb::InvalidInput {
+    match r {
+        Err(idemdb::Error::InvalidInput(i)) => i,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+/// A xorshift generator seeded from the wall clock, for random kill moments.
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    pub fn from_clock() -> Self {
+        use idemdb::Clock;
+        Xorshift(idemdb::SystemClock.now_millis() | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Re-executes this test binary to run the ignored test `child` with `envs`, its stdout piped.
+pub fn spawn_child(child: &str, envs: &[(&str, String)]) -> std::process::Child {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args([
+        "--exact",
+        child,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn child")
+}
+
+/// Collects the child's `ACK <a> <b>` lines until its stdout closes.
+pub fn read_acks(child: &mut std::process::Child) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|l| {
+                let mut p = l.strip_prefix("ACK ")?.split(' ');
+                Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+            })
+            .collect()
+    })
+}
+
+/// SIGKILLs the child after a random pause of `min_ms..min_ms + spread_ms`.
+pub fn kill_after_random_pause(
+    child: &mut std::process::Child,
+    rng: &mut Xorshift,
+    min_ms: u64,
+    spread_ms: u64,
+) {
+    std::thread::sleep(Duration::from_millis(min_ms + rng.next() % spread_ms));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+}
