@@ -1,0 +1,1400 @@
+//! Peer comparison: idemdb against bare RocksDB, an in-process `HashMap`, Redis and PostgreSQL on
+//! the same workload, printed as one Markdown table.
+//!
+//! ```text
+//! cargo bench --bench compare -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
+//! ```
+//!
+//! Workload, for N unique keys partitioned across the threads: per key a *claim* (atomic "create
+//! if absent" of a pending record holding a 32-byte fingerprint and a lease expiry) followed by a
+//! *complete* (store a 256-byte response); then a *replay* pass reading every key's stored
+//! response as a duplicate would. Synced rows (fsync per write) use `--synced-keys` keys.
+//!
+//! Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres` or
+//! `root`, trust auth) are spoken to with the tiny wire clients below (std only: no dependency is
+//! added for this harness); a server that is not reachable within 1 s is skipped. Nothing global
+//! is flushed: Redis keys carry a per-run prefix and expire, the PostgreSQL table is per run and
+//! dropped at the end.
+//!
+//! When run without `--bench` (as `cargo test --all-targets` does), a smoke workload runs instead:
+//! 200 keys, 1 thread, every system.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use idemdb::{Claim, ClaimOptions, Config, Durability, Lease, Response, Store};
+use parking_lot::Mutex;
+
+const FP_LEN: usize = 32;
+const RESP_LEN: usize = 256;
+const LEASE_MS: u64 = 30_000;
+const RETENTION_MS: u64 = 86_400_000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+const REDIS_ADDR: &str = "127.0.0.1:6379";
+const PG_ADDR: &str = "127.0.0.1:5432";
+const PG_DATABASE: &str = "test";
+const PG_USERS: [&str; 2] = ["postgres", "root"];
+/// The fingerprint every system stores with a claim (the same for all keys and systems).
+const FP: [u8; FP_LEN] = [7u8; FP_LEN];
+
+type R<T> = Result<T, String>;
+
+/// One client of one system; every worker thread owns its own instance.
+trait Peer: Send {
+    /// Atomically creates a pending record for `key` if absent; `true` if this call created it.
+    fn claim(&mut self, key: &str) -> R<bool>;
+    /// Stores the response of a key this peer claimed.
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()>;
+    /// Reads the stored response of `key`, as a duplicate request would.
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>>;
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------------------------
+
+struct Settings {
+    keys: usize,
+    synced_keys: usize,
+    threads: Vec<usize>,
+    smoke: bool,
+    /// The arguments given after `--`, without the `--bench` that cargo adds.
+    user_args: Vec<String>,
+}
+
+fn parse_args() -> R<Settings> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        // Run by `cargo test` (arguments such as `--test`, or none): a smoke workload only.
+        return Ok(Settings {
+            keys: 200,
+            synced_keys: 200,
+            threads: vec![1],
+            smoke: true,
+            user_args: args,
+        });
+    }
+    let mut s = Settings {
+        keys: 20_000,
+        synced_keys: 2_000,
+        threads: vec![1, 4, 16],
+        smoke: false,
+        user_args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        let mut value = |name: &str| -> R<String> {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let count = |name: &str, v: String| -> R<usize> {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{name}: {v:?} is not a positive integer")),
+            }
+        };
+        match flag {
+            "--bench" => {}
+            "--keys" => s.keys = count("--keys", value("--keys")?)?,
+            "--synced-keys" => s.synced_keys = count("--synced-keys", value("--synced-keys")?)?,
+            "--threads" => {
+                s.threads = value("--threads")?
+                    .split(',')
+                    .map(|t| count("--threads", t.to_string()))
+                    .collect::<R<Vec<_>>>()?;
+            }
+            other => eprintln!("compare: ignoring unknown argument {other:?}"),
+        }
+    }
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+// ---------------------------------------------------------------------------------------------
+
+struct Measured {
+    keys: usize,
+    write_wall: Duration,
+    replay_wall: Duration,
+    /// Per-operation latencies in nanoseconds, merged over the threads and sorted.
+    write_lat: Vec<u64>,
+    replay_lat: Vec<u64>,
+}
+
+fn claim_complete(peer: &mut dyn Peer, key: &str, body: &[u8]) -> R<()> {
+    if !peer.claim(key)? {
+        return Err(format!("the claim of fresh key {key} was refused"));
+    }
+    peer.complete(key, body)
+}
+
+fn replay_one(peer: &mut dyn Peer, key: &str, body: &[u8]) -> R<()> {
+    match peer.replay(key)? {
+        Some(v) if v == body => Ok(()),
+        Some(v) => Err(format!(
+            "the replay of {key} returned {} bytes that are not the stored response",
+            v.len()
+        )),
+        None => Err(format!("the replay of {key} found nothing")),
+    }
+}
+
+/// Runs the workload: `keys` keys named `{prefix}-{i}`, key `i` handled by thread `i % threads`.
+/// Wall times span a whole phase (all threads start together at a barrier); every operation is
+/// timed on its own with `Instant`.
+fn measure<P: Peer>(
+    make: &dyn Fn() -> R<P>,
+    prefix: &str,
+    keys: usize,
+    threads: usize,
+) -> R<Measured> {
+    let mut peers = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        peers.push(make()?);
+    }
+    let body: Vec<u8> = (0..RESP_LEN).map(|i| (i * 7 % 251) as u8).collect();
+    let per_thread: Vec<Vec<String>> = (0..threads)
+        .map(|t| {
+            (t..keys)
+                .step_by(threads)
+                .map(|i| format!("{prefix}-{i:08}"))
+                .collect()
+        })
+        .collect();
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = peers
+            .into_iter()
+            .zip(&per_thread)
+            .map(|(mut peer, ks)| {
+                let (barrier, body) = (&barrier, &body);
+                s.spawn(move || {
+                    let mut write = Vec::with_capacity(ks.len());
+                    let mut replay = Vec::with_capacity(ks.len());
+                    let mut err = None;
+                    barrier.wait();
+                    for k in ks {
+                        let t = Instant::now();
+                        if let Err(e) = claim_complete(&mut peer, k, body) {
+                            err = Some(e);
+                            break;
+                        }
+                        write.push(t.elapsed().as_nanos() as u64);
+                    }
+                    barrier.wait();
+                    barrier.wait();
+                    if err.is_none() {
+                        for k in ks {
+                            let t = Instant::now();
+                            if let Err(e) = replay_one(&mut peer, k, body) {
+                                err = Some(e);
+                                break;
+                            }
+                            replay.push(t.elapsed().as_nanos() as u64);
+                        }
+                    }
+                    barrier.wait();
+                    drop(peer);
+                    (write, replay, err)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        barrier.wait();
+        let write_wall = t0.elapsed();
+        barrier.wait();
+        let t1 = Instant::now();
+        barrier.wait();
+        let replay_wall = t1.elapsed();
+        let mut write_lat = Vec::with_capacity(keys);
+        let mut replay_lat = Vec::with_capacity(keys);
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok((w, r, e)) => {
+                    write_lat.extend(w);
+                    replay_lat.extend(r);
+                    if first_err.is_none() {
+                        first_err = e;
+                    }
+                }
+                Err(_) => first_err = Some("a worker thread panicked".to_string()),
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        write_lat.sort_unstable();
+        replay_lat.sort_unstable();
+        Ok(Measured {
+            keys,
+            write_wall,
+            replay_wall,
+            write_lat,
+            replay_lat,
+        })
+    })
+}
+
+fn pct(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted.get(rank - 1).copied().unwrap_or(0)
+}
+
+/// Peak resident set size of this process so far, in KiB (`VmHWM`). It is cumulative for the
+/// whole process: a row shows the peak reached by every system run before it, not its own.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+struct Row {
+    order: usize,
+    system: String,
+    threads: usize,
+    keys: usize,
+    write_ops: f64,
+    write_p50: u64,
+    write_p99: u64,
+    write_p999: u64,
+    replay_ops: f64,
+    replay_p50: u64,
+    replay_p99: u64,
+    rss_kib: Option<u64>,
+}
+
+/// Collects rows, skip lines and notes; runs one system at every thread count.
+struct Report {
+    rows: Vec<Row>,
+    skipped: Vec<String>,
+    notes: Vec<String>,
+    order: usize,
+}
+
+impl Report {
+    fn skip(&mut self, system: &str, reason: impl std::fmt::Display) {
+        let line = format!("skipped: {system}: {reason}");
+        eprintln!("compare: {line}");
+        self.skipped.push(line);
+    }
+
+    /// Measures `system` at each thread count; `setup` runs before each measurement (and may
+    /// reset state), `make` builds one peer per thread. Keys are prefixed by `prefix`, the system
+    /// index (`self.order`, also its place in the table) and the thread count, so they never
+    /// repeat within a run.
+    fn run<P: Peer>(
+        &mut self,
+        system: &str,
+        prefix: &str,
+        keys: usize,
+        threads: &[usize],
+        setup: &mut dyn FnMut() -> R<()>,
+        make: &dyn Fn() -> R<P>,
+    ) {
+        for &t in threads {
+            eprintln!("compare: {system}, {t} thread(s), {keys} keys");
+            let res = setup()
+                .and_then(|()| measure(make, &format!("{prefix}-s{}-t{t}", self.order), keys, t));
+            match res {
+                Ok(m) => self.rows.push(row(self.order, system, t, &m)),
+                Err(e) => self.skip(&format!("{system} ({t} threads)"), e),
+            }
+        }
+    }
+}
+
+fn row(order: usize, system: &str, threads: usize, m: &Measured) -> Row {
+    let ops = |wall: Duration| m.keys as f64 / wall.as_secs_f64().max(1e-9);
+    Row {
+        order,
+        system: system.to_string(),
+        threads,
+        keys: m.keys,
+        write_ops: ops(m.write_wall),
+        write_p50: pct(&m.write_lat, 0.50),
+        write_p99: pct(&m.write_lat, 0.99),
+        write_p999: pct(&m.write_lat, 0.999),
+        replay_ops: ops(m.replay_wall),
+        replay_p50: pct(&m.replay_lat, 0.50),
+        replay_p99: pct(&m.replay_lat, 0.99),
+        rss_kib: peak_rss_kib(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. idemdb
+// ---------------------------------------------------------------------------------------------
+
+struct IdemPeer {
+    store: Store,
+    lease: Option<Lease>,
+}
+
+impl Peer for IdemPeer {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        match self
+            .store
+            .claim("bench", key, FP, ClaimOptions::default())
+            .map_err(|e| e.to_string())?
+        {
+            Claim::Acquired(lease) => {
+                self.lease = Some(lease);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        let lease = self
+            .lease
+            .take()
+            .filter(|l| l.key() == key.as_bytes())
+            .ok_or_else(|| format!("no lease held for {key}"))?;
+        self.store
+            .complete(&lease, Response::new(resp.to_vec()))
+            .map_err(|e| e.to_string())?
+            .map_err(|lost| format!("lease of {key} lost: {lost:?}"))
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        match self
+            .store
+            .claim("bench", key, FP, ClaimOptions::default())
+            .map_err(|e| e.to_string())?
+        {
+            Claim::Completed(replay) => Ok(Some(replay.response.body)),
+            other => Err(format!("expected a replay of {key}, got {other:?}")),
+        }
+    }
+}
+
+fn run_idemdb(rep: &mut Report, s: &Settings, durability: Durability, prefix: &str) {
+    let (name, keys) = match durability {
+        Durability::Synced => ("idemdb Synced", s.synced_keys),
+        _ => ("idemdb Buffered", s.keys),
+    };
+    // A fresh store for each thread count, opened in `setup`, shared by that run's peers.
+    let store: Mutex<Option<(Store, tempfile::TempDir)>> = Mutex::new(None);
+    let mut setup = || -> R<()> {
+        let mut slot = store.lock();
+        *slot = None; // Close the previous store before opening the next.
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let st = Config::new(dir.path())
+            .durability(durability)
+            .sweep_interval(None)
+            .open()
+            .map_err(|e| e.to_string())?;
+        *slot = Some((st, dir));
+        Ok(())
+    };
+    let make = || -> R<IdemPeer> {
+        let slot = store.lock();
+        let (st, _) = slot.as_ref().ok_or("no store open")?;
+        Ok(IdemPeer {
+            store: st.clone(),
+            lease: None,
+        })
+    };
+    rep.run(name, prefix, keys, &s.threads, &mut setup, &make);
+    drop(store);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Bare RocksDB: the floor idemdb builds on (same column-family options as benches/records.rs).
+// ---------------------------------------------------------------------------------------------
+
+fn bare_rocksdb(dir: &std::path::Path) -> R<rocksdb::DB> {
+    let mut o = rocksdb::Options::default();
+    o.create_if_missing(true);
+    o.create_missing_column_families(true);
+    o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let mut cf = o.clone();
+    let mut t = rocksdb::BlockBasedOptions::default();
+    t.set_bloom_filter(10.0, false);
+    t.set_block_cache(&rocksdb::Cache::new_lru_cache(64 << 20));
+    cf.set_block_based_table_factory(&t);
+    cf.set_memtable_prefix_bloom_ratio(0.05);
+    cf.set_memtable_whole_key_filtering(true);
+    cf.set_write_buffer_size(64 << 20);
+    let cfs = vec![
+        rocksdb::ColumnFamilyDescriptor::new("default", o.clone()),
+        rocksdb::ColumnFamilyDescriptor::new("records", cf),
+        rocksdb::ColumnFamilyDescriptor::new("expiry", o.clone()),
+    ];
+    rocksdb::DB::open_cf_descriptors(&o, dir, cfs).map_err(|e| e.to_string())
+}
+
+/// Claim = get (must be absent) + one batch of two puts (the record and an expiry-index entry);
+/// no per-key lock, which is safe here only because keys are partitioned across threads.
+struct RocksPeer<'a> {
+    db: &'a rocksdb::DB,
+    rec: &'a rocksdb::ColumnFamily,
+    idx: &'a rocksdb::ColumnFamily,
+    wo: rocksdb::WriteOptions,
+    ro: rocksdb::ReadOptions,
+    value: Vec<u8>,
+}
+
+impl Peer for RocksPeer<'_> {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        let e = |e: rocksdb::Error| e.to_string();
+        if self
+            .db
+            .get_pinned_cf_opt(self.rec, key, &self.ro)
+            .map_err(e)?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let now = now_ms();
+        self.value.clear();
+        self.value.push(b'P');
+        self.value.extend_from_slice(&FP);
+        self.value
+            .extend_from_slice(&(now + LEASE_MS).to_be_bytes());
+        let mut index_key = (now + RETENTION_MS).to_be_bytes().to_vec();
+        index_key.extend_from_slice(key.as_bytes());
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put_cf(self.rec, key, &self.value);
+        batch.put_cf(self.idx, index_key, b"");
+        self.db.write_opt(batch, &self.wo).map_err(e)?;
+        Ok(true)
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        self.value.clear();
+        self.value.push(b'D');
+        self.value.extend_from_slice(&FP);
+        self.value.extend_from_slice(resp);
+        self.db
+            .put_cf_opt(self.rec, key, &self.value, &self.wo)
+            .map_err(|e| e.to_string())
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        let v = self
+            .db
+            .get_pinned_cf_opt(self.rec, key, &self.ro)
+            .map_err(|e| e.to_string())?;
+        Ok(v.and_then(|v| v.get(1 + FP_LEN..).map(<[u8]>::to_vec)))
+    }
+}
+
+fn run_bare_rocksdb(rep: &mut Report, s: &Settings, synced: bool, prefix: &str) {
+    let (name, keys) = if synced {
+        ("bare RocksDB synced", s.synced_keys)
+    } else {
+        ("bare RocksDB buffered", s.keys)
+    };
+    let order = rep.order;
+    for &t in &s.threads {
+        eprintln!("compare: {name}, {t} thread(s), {keys} keys");
+        let res = tempfile::tempdir()
+            .map_err(|e| e.to_string())
+            .and_then(|dir| {
+                let db = bare_rocksdb(dir.path())?;
+                let rec = db.cf_handle("records").ok_or("no records cf")?;
+                let idx = db.cf_handle("expiry").ok_or("no expiry cf")?;
+                let make = || {
+                    let mut wo = rocksdb::WriteOptions::default();
+                    wo.set_sync(synced);
+                    Ok(RocksPeer {
+                        db: &db,
+                        rec,
+                        idx,
+                        wo,
+                        ro: rocksdb::ReadOptions::default(),
+                        value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+                    })
+                };
+                measure(&make, &format!("{prefix}-s{order}-t{t}"), keys, t)
+            });
+        match res {
+            Ok(m) => rep.rows.push(row(order, name, t, &m)),
+            Err(e) => rep.skip(&format!("{name} ({t} threads)"), e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. In-process HashMap behind a mutex: the upper bound (no durability, no I/O).
+// ---------------------------------------------------------------------------------------------
+
+enum MemRecord {
+    Pending { fp: [u8; FP_LEN], lease_until: u64 },
+    Done { fp: [u8; FP_LEN], resp: Vec<u8> },
+}
+
+struct MemPeer {
+    map: Arc<Mutex<HashMap<String, MemRecord>>>,
+}
+
+impl Peer for MemPeer {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        let now = now_ms();
+        let mut map = self.map.lock();
+        match map.get_mut(key) {
+            // An expired lease is taken over, as idemdb does.
+            Some(MemRecord::Pending { fp, lease_until }) if *lease_until <= now && *fp == FP => {
+                *lease_until = now + LEASE_MS;
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => {
+                map.insert(
+                    key.to_string(),
+                    MemRecord::Pending {
+                        fp: FP,
+                        lease_until: now + LEASE_MS,
+                    },
+                );
+                Ok(true)
+            }
+        }
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        let mut map = self.map.lock();
+        match map.get_mut(key) {
+            Some(r @ MemRecord::Pending { .. }) => {
+                *r = MemRecord::Done {
+                    fp: FP,
+                    resp: resp.to_vec(),
+                };
+                Ok(())
+            }
+            _ => Err(format!("{key} is not pending")),
+        }
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        match self.map.lock().get(key) {
+            Some(MemRecord::Done { fp, resp }) if *fp == FP => Ok(Some(resp.clone())),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn run_hashmap(rep: &mut Report, s: &Settings, prefix: &str) {
+    let map = Arc::new(Mutex::new(HashMap::new()));
+    let mut setup = || -> R<()> {
+        map.lock().clear();
+        Ok(())
+    };
+    let make = || -> R<MemPeer> {
+        Ok(MemPeer {
+            map: Arc::clone(&map),
+        })
+    };
+    let name = "HashMap+Mutex (in-process)";
+    rep.run(name, prefix, s.keys, &s.threads, &mut setup, &make);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Network helpers
+// ---------------------------------------------------------------------------------------------
+
+fn connect(addr: &str) -> R<(BufReader<TcpStream>, TcpStream)> {
+    let sa: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+    let s = TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
+        .map_err(|e| format!("cannot connect to {addr} within 1 s: {e}"))?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let w = s.try_clone().map_err(|e| e.to_string())?;
+    Ok((BufReader::with_capacity(16 << 10, s), w))
+}
+
+fn io(e: std::io::Error) -> String {
+    format!("I/O error: {e}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Redis: a minimal RESP2 client. One connection per thread, one command in flight.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+struct Redis {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    out: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl Redis {
+    fn connect() -> R<Redis> {
+        let (r, w) = connect(REDIS_ADDR)?;
+        let mut c = Redis {
+            r,
+            w,
+            out: Vec::with_capacity(1024),
+            line: Vec::with_capacity(64),
+        };
+        match c.cmd(&[b"PING"])? {
+            Reply::Simple(s) if s == "PONG" => Ok(c),
+            other => Err(format!("PING answered {other:?}")),
+        }
+    }
+
+    /// Sends one command (an array of bulk strings) and reads its reply.
+    fn cmd(&mut self, args: &[&[u8]]) -> R<Reply> {
+        self.out.clear();
+        self.out
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.out
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.out.extend_from_slice(a);
+            self.out.extend_from_slice(b"\r\n");
+        }
+        self.w.write_all(&self.out).map_err(io)?;
+        match self.read_reply()? {
+            Reply::Error(e) => Err(format!("Redis error: {e}")),
+            reply => Ok(reply),
+        }
+    }
+
+    fn read_line(&mut self) -> R<String> {
+        self.line.clear();
+        self.r.read_until(b'\n', &mut self.line).map_err(io)?;
+        if !self.line.ends_with(b"\r\n") {
+            return Err("connection closed by Redis".into());
+        }
+        self.line.truncate(self.line.len() - 2);
+        String::from_utf8(self.line.clone()).map_err(|e| e.to_string())
+    }
+
+    fn read_reply(&mut self) -> R<Reply> {
+        let line = self.read_line()?;
+        let (kind, rest) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
+        let int = |s: &str| {
+            s.parse::<i64>()
+                .map_err(|e| format!("bad RESP length {s:?}: {e}"))
+        };
+        match kind {
+            "+" => Ok(Reply::Simple(rest.to_string())),
+            "-" => Ok(Reply::Error(rest.to_string())),
+            ":" => Ok(Reply::Int(int(rest)?)),
+            "$" => {
+                let n = int(rest)?;
+                if n < 0 {
+                    return Ok(Reply::Bulk(None));
+                }
+                let mut v = vec![0u8; n as usize + 2];
+                self.r.read_exact(&mut v).map_err(io)?;
+                v.truncate(n as usize);
+                Ok(Reply::Bulk(Some(v)))
+            }
+            "*" => {
+                let n = int(rest)?;
+                if n < 0 {
+                    return Ok(Reply::Array(None));
+                }
+                let items = (0..n).map(|_| self.read_reply()).collect::<R<Vec<_>>>()?;
+                Ok(Reply::Array(Some(items)))
+            }
+            _ => Err(format!("unexpected RESP line {line:?}")),
+        }
+    }
+
+    /// `CONFIG GET name`, for the notes; `None` if refused (CONFIG may be disabled).
+    fn config_get(&mut self, name: &str) -> Option<String> {
+        match self.cmd(&[b"CONFIG", b"GET", name.as_bytes()]).ok()? {
+            Reply::Array(Some(items)) => match items.get(1)? {
+                Reply::Bulk(Some(v)) => Some(String::from_utf8_lossy(v).into_owned()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Records are `P` + fingerprint + lease expiry (pending) or `D` + fingerprint + response (done).
+struct RedisPeer {
+    c: Redis,
+    value: Vec<u8>,
+}
+
+impl Peer for RedisPeer {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        self.value.clear();
+        self.value.push(b'P');
+        self.value.extend_from_slice(&FP);
+        self.value
+            .extend_from_slice(&(now_ms() + LEASE_MS).to_be_bytes());
+        let px = LEASE_MS.to_string();
+        match self.c.cmd(&[
+            b"SET",
+            key.as_bytes(),
+            &self.value,
+            b"NX",
+            b"PX",
+            px.as_bytes(),
+        ])? {
+            Reply::Simple(s) if s == "OK" => Ok(true),
+            Reply::Bulk(None) => Ok(false),
+            other => Err(format!("SET NX answered {other:?}")),
+        }
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        self.value.clear();
+        self.value.push(b'D');
+        self.value.extend_from_slice(&FP);
+        self.value.extend_from_slice(resp);
+        let px = RETENTION_MS.to_string();
+        match self.c.cmd(&[
+            b"SET",
+            key.as_bytes(),
+            &self.value,
+            b"XX",
+            b"PX",
+            px.as_bytes(),
+        ])? {
+            Reply::Simple(s) if s == "OK" => Ok(()),
+            Reply::Bulk(None) => Err(format!("{key} vanished before completion")),
+            other => Err(format!("SET XX answered {other:?}")),
+        }
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        match self.c.cmd(&[b"GET", key.as_bytes()])? {
+            Reply::Bulk(None) => Ok(None),
+            Reply::Bulk(Some(v)) if v.first() == Some(&b'D') => {
+                Ok(v.get(1 + FP_LEN..).map(<[u8]>::to_vec))
+            }
+            Reply::Bulk(Some(_)) => Err(format!("{key} is not completed")),
+            other => Err(format!("GET answered {other:?}")),
+        }
+    }
+}
+
+fn run_redis(rep: &mut Report, s: &Settings, prefix: &str) {
+    let name = "Redis (RESP, no pipelining)";
+    let mut admin = match Redis::connect() {
+        Ok(c) => c,
+        Err(e) => return rep.skip(name, e),
+    };
+    let aof = admin.config_get("appendonly");
+    let fsync = admin.config_get("appendfsync");
+    let version = match admin.cmd(&[b"INFO", b"server"]) {
+        Ok(Reply::Bulk(Some(v))) => String::from_utf8_lossy(&v)
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string)),
+        _ => None,
+    };
+    rep.notes.push(format!(
+        "Redis {} at {REDIS_ADDR}: appendonly={}, appendfsync={} (keys expire; nothing is deleted)",
+        version.as_deref().unwrap_or("?"),
+        aof.as_deref().unwrap_or("?"),
+        fsync.as_deref().unwrap_or("?"),
+    ));
+    let make = || -> R<RedisPeer> {
+        Ok(RedisPeer {
+            c: Redis::connect()?,
+            value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+        })
+    };
+    let redis_prefix = format!("idemdb-compare:{prefix}");
+    rep.run(
+        name,
+        &redis_prefix,
+        s.keys,
+        &s.threads,
+        &mut || Ok(()),
+        &make,
+    );
+    // Check that the keys expire (nothing global is flushed or deleted).
+    if let Some(t) = s.threads.first() {
+        let key = format!("{redis_prefix}-s{}-t{t}-{:08}", rep.order, 0);
+        let ttl = match admin.cmd(&[b"PTTL", key.as_bytes()]) {
+            Ok(Reply::Int(ms)) if ms > 0 => format!("{:.1} h left", ms as f64 / 3.6e6),
+            Ok(Reply::Int(ms)) => format!("PTTL {ms} (no expiry?)"),
+            Ok(other) => format!("unexpected reply {other:?}"),
+            Err(e) => e,
+        };
+        rep.notes
+            .push(format!("Redis TTL of a completed key: {ttl}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. PostgreSQL: a minimal v3 wire-protocol client (trust auth, extended protocol).
+// ---------------------------------------------------------------------------------------------
+
+struct Pg {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    out: Vec<u8>,
+    msg: Vec<u8>,
+}
+
+/// The rows (columns may be NULL) and the command tag of one statement.
+struct PgResult {
+    rows: Vec<Vec<Option<Vec<u8>>>>,
+    tag: String,
+}
+
+fn put_cstr(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+}
+
+/// Appends a message: type byte, then a length (including itself) patched after `body` runs.
+fn put_msg(out: &mut Vec<u8>, kind: Option<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    if let Some(k) = kind {
+        out.push(k);
+    }
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    body(out);
+    let len = (out.len() - at) as u32;
+    if let Some(slot) = out.get_mut(at..at + 4) {
+        slot.copy_from_slice(&len.to_be_bytes());
+    }
+}
+
+fn be_u16(b: &[u8], at: usize) -> R<u16> {
+    b.get(at..at + 2)
+        .and_then(|s| s.try_into().ok())
+        .map(u16::from_be_bytes)
+        .ok_or_else(|| "truncated PostgreSQL message".to_string())
+}
+
+fn be_i32(b: &[u8], at: usize) -> R<i32> {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map(i32::from_be_bytes)
+        .ok_or_else(|| "truncated PostgreSQL message".to_string())
+}
+
+/// The fields of an ErrorResponse as `SEVERITY SQLSTATE: message`.
+fn pg_error(body: &[u8]) -> String {
+    let (mut sev, mut code, mut text) = (String::new(), String::new(), String::new());
+    for field in body.split(|b| *b == 0) {
+        if let Some((&t, v)) = field.split_first() {
+            let v = String::from_utf8_lossy(v).into_owned();
+            match t {
+                b'S' => sev = v,
+                b'C' => code = v,
+                b'M' => text = v,
+                _ => {}
+            }
+        }
+    }
+    format!("PostgreSQL {sev} {code}: {text}")
+}
+
+fn hex_bytea(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.clear();
+    out.extend_from_slice(b"\\x");
+    for b in bytes {
+        out.push(HEX[(b >> 4) as usize]);
+        out.push(HEX[(b & 15) as usize]);
+    }
+}
+
+impl Pg {
+    fn connect(user: &str) -> R<Pg> {
+        let (r, w) = connect(PG_ADDR)?;
+        let mut c = Pg {
+            r,
+            w,
+            out: Vec::with_capacity(1024),
+            msg: Vec::with_capacity(1024),
+        };
+        put_msg(&mut c.out, None, |o| {
+            o.extend_from_slice(&196_608u32.to_be_bytes()); // protocol 3.0
+            for (k, v) in [
+                ("user", user),
+                ("database", PG_DATABASE),
+                ("application_name", "idemdb-compare"),
+                ("client_encoding", "UTF8"),
+            ] {
+                put_cstr(o, k);
+                put_cstr(o, v);
+            }
+            o.push(0);
+        });
+        c.flush()?;
+        loop {
+            match c.read_msg()? {
+                b'R' => match be_i32(&c.msg, 0)? {
+                    0 => {}
+                    m => {
+                        return Err(format!(
+                            "authentication method {m} requested; only trust is supported"
+                        ))
+                    }
+                },
+                b'E' => return Err(pg_error(&c.msg)),
+                b'Z' => return Ok(c),
+                _ => {} // ParameterStatus, BackendKeyData, NoticeResponse
+            }
+        }
+    }
+
+    /// Connects as the first of `PG_USERS` that is accepted.
+    fn connect_any() -> R<(Pg, &'static str)> {
+        let mut errs = Vec::new();
+        for user in PG_USERS {
+            match Pg::connect(user) {
+                Ok(c) => return Ok((c, user)),
+                Err(e) if e.starts_with("cannot connect") => return Err(e),
+                Err(e) => errs.push(format!("user {user}: {e}")),
+            }
+        }
+        Err(errs.join("; "))
+    }
+
+    fn flush(&mut self) -> R<()> {
+        self.w.write_all(&self.out).map_err(io)?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Reads one backend message into `self.msg` and returns its type byte.
+    fn read_msg(&mut self) -> R<u8> {
+        let mut head = [0u8; 5];
+        self.r.read_exact(&mut head).map_err(io)?;
+        let [kind, len @ ..] = head;
+        let len = u32::from_be_bytes(len) as usize;
+        if len < 4 {
+            return Err(format!("bad PostgreSQL message length {len}"));
+        }
+        self.msg.resize(len - 4, 0);
+        self.r.read_exact(&mut self.msg).map_err(io)?;
+        Ok(kind)
+    }
+
+    /// Reads messages up to ReadyForQuery, collecting rows and the last command tag; an
+    /// ErrorResponse is returned as the error once the backend is ready again.
+    fn read_result(&mut self) -> R<PgResult> {
+        let mut res = PgResult {
+            rows: Vec::new(),
+            tag: String::new(),
+        };
+        let mut err = None;
+        loop {
+            match self.read_msg()? {
+                b'D' => {
+                    let n = be_u16(&self.msg, 0)?;
+                    let mut at = 2;
+                    let mut row = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        let len = be_i32(&self.msg, at)?;
+                        at += 4;
+                        if len < 0 {
+                            row.push(None);
+                        } else {
+                            let end = at + len as usize;
+                            let v = self.msg.get(at..end).ok_or("truncated DataRow")?;
+                            row.push(Some(v.to_vec()));
+                            at = end;
+                        }
+                    }
+                    res.rows.push(row);
+                }
+                b'C' => {
+                    let tag = self.msg.split(|b| *b == 0).next().unwrap_or_default();
+                    res.tag = String::from_utf8_lossy(tag).into_owned();
+                }
+                b'E' => err = Some(pg_error(&self.msg)),
+                b'Z' => return err.map_or(Ok(res), Err),
+                _ => {} // ParseComplete, BindComplete, RowDescription, NoData, notices...
+            }
+        }
+    }
+
+    /// A simple-protocol query (text results).
+    fn simple(&mut self, sql: &str) -> R<PgResult> {
+        put_msg(&mut self.out, Some(b'Q'), |o| put_cstr(o, sql));
+        self.flush()?;
+        self.read_result()
+    }
+
+    /// Parses a named prepared statement (parameter types inferred by the server).
+    fn prepare(&mut self, name: &str, sql: &str) -> R<()> {
+        put_msg(&mut self.out, Some(b'P'), |o| {
+            put_cstr(o, name);
+            put_cstr(o, sql);
+            o.extend_from_slice(&0u16.to_be_bytes());
+        });
+        put_msg(&mut self.out, Some(b'S'), |_| {});
+        self.flush()?;
+        self.read_result().map(drop)
+    }
+
+    /// Bind (text parameters, binary results) + Execute + Sync of a prepared statement, sent in
+    /// one write; then waits for ReadyForQuery.
+    fn exec(&mut self, stmt: &str, params: &[&[u8]]) -> R<PgResult> {
+        put_msg(&mut self.out, Some(b'B'), |o| {
+            put_cstr(o, ""); // unnamed portal
+            put_cstr(o, stmt);
+            o.extend_from_slice(&0u16.to_be_bytes()); // all parameters in text format
+            o.extend_from_slice(&(params.len() as u16).to_be_bytes());
+            for p in params {
+                o.extend_from_slice(&(p.len() as i32).to_be_bytes());
+                o.extend_from_slice(p);
+            }
+            o.extend_from_slice(&1u16.to_be_bytes()); // one result format code...
+            o.extend_from_slice(&1u16.to_be_bytes()); // ...binary, for every column
+        });
+        put_msg(&mut self.out, Some(b'E'), |o| {
+            put_cstr(o, "");
+            o.extend_from_slice(&0i32.to_be_bytes());
+        });
+        put_msg(&mut self.out, Some(b'S'), |_| {});
+        self.flush()?;
+        self.read_result()
+    }
+}
+
+struct PgPeer {
+    c: Pg,
+    fp_hex: Vec<u8>,
+    hex: Vec<u8>,
+}
+
+impl PgPeer {
+    fn connect(user: &str, table: &str, sync_commit: bool) -> R<PgPeer> {
+        let mut c = Pg::connect(user)?;
+        let on = if sync_commit { "on" } else { "off" };
+        c.simple(&format!("SET synchronous_commit = {on}"))?;
+        c.prepare(
+            "claim",
+            &format!(
+                "INSERT INTO {table} (k, status, fp, lease_until) VALUES ($1, 'pending', $2, $3) \
+                 ON CONFLICT DO NOTHING RETURNING k"
+            ),
+        )?;
+        c.prepare(
+            "complete",
+            &format!(
+                "UPDATE {table} SET status = 'done', resp = $2 WHERE k = $1 AND status = 'pending'"
+            ),
+        )?;
+        c.prepare("replay", &format!("SELECT resp FROM {table} WHERE k = $1"))?;
+        let mut fp_hex = Vec::new();
+        hex_bytea(&mut fp_hex, &FP);
+        Ok(PgPeer {
+            c,
+            fp_hex,
+            hex: Vec::with_capacity(2 + 2 * RESP_LEN),
+        })
+    }
+}
+
+impl Peer for PgPeer {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        let until = (now_ms() + LEASE_MS).to_string();
+        let res = self
+            .c
+            .exec("claim", &[key.as_bytes(), &self.fp_hex, until.as_bytes()])?;
+        Ok(res.rows.len() == 1)
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        hex_bytea(&mut self.hex, resp);
+        let res = self.c.exec("complete", &[key.as_bytes(), &self.hex])?;
+        if res.tag == "UPDATE 1" {
+            Ok(())
+        } else {
+            Err(format!("completing {key} answered {:?}", res.tag))
+        }
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        let res = self.c.exec("replay", &[key.as_bytes()])?;
+        Ok(res
+            .rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next())
+            .flatten())
+    }
+}
+
+fn run_postgres(rep: &mut Report, s: &Settings, prefix: &str, sync_commit: bool) {
+    let (name, keys) = if sync_commit {
+        ("PostgreSQL synchronous_commit=on", s.synced_keys)
+    } else {
+        ("PostgreSQL synchronous_commit=off", s.keys)
+    };
+    let (mut admin, user) = match Pg::connect_any() {
+        Ok(c) => c,
+        Err(e) => return rep.skip(name, e),
+    };
+    let table = format!("idem_bench_{prefix}");
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {table} \
+         (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
+    );
+    if let Err(e) = admin.simple(&create) {
+        return rep.skip(name, e);
+    }
+    if !sync_commit {
+        let show = |c: &mut Pg, what: &str| -> String {
+            c.simple(&format!("SHOW {what}"))
+                .ok()
+                .and_then(|r| r.rows.into_iter().next())
+                .and_then(|r| r.into_iter().next().flatten())
+                .map_or("?".into(), |v| String::from_utf8_lossy(&v).into_owned())
+        };
+        let version = show(&mut admin, "server_version");
+        let fsync = show(&mut admin, "fsync");
+        rep.notes.push(format!(
+            "PostgreSQL {version} at {PG_ADDR}: user {user}, fsync={fsync}, table {table} (dropped at the end)"
+        ));
+    }
+    let admin = Mutex::new(admin);
+    let mut setup = || -> R<()> { admin.lock().simple(&format!("TRUNCATE {table}")).map(drop) };
+    let make = || PgPeer::connect(user, &table, sync_commit);
+    rep.run(name, prefix, keys, &s.threads, &mut setup, &make);
+    let dropped = admin
+        .into_inner()
+        .simple(&format!("DROP TABLE IF EXISTS {table}"));
+    if let Err(e) = dropped {
+        rep.notes.push(format!("could not drop {table}: {e}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------------
+
+fn fmt_ops(x: f64) -> String {
+    let s = format!("{:.0}", x.max(0.0));
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+fn fmt_lat(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
+}
+
+fn machine() -> String {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "unknown".into(), |k| k.trim().to_string());
+    format!("nproc {nproc}, CPU {cpu}, Linux {kernel}")
+}
+
+fn command(s: &Settings) -> String {
+    if s.smoke {
+        let args = s.user_args.join(" ");
+        return format!(
+            "compare bench binary run without --bench (args: {:?}): smoke workload",
+            args
+        );
+    }
+    let mut c = "cargo bench --bench compare".to_string();
+    if !s.user_args.is_empty() {
+        c.push_str(" -- ");
+        c.push_str(&s.user_args.join(" "));
+    }
+    c
+}
+
+fn print_report(rep: &mut Report, s: &Settings) {
+    rep.rows.sort_by_key(|r| (r.threads, r.order));
+    println!(
+        "Machine: {}. Command: `{}` (keys {}, synced keys {}, threads {:?}; data on {}).",
+        machine(),
+        command(s),
+        s.keys,
+        s.synced_keys,
+        s.threads,
+        std::env::temp_dir().display(),
+    );
+    println!();
+    println!(
+        "| system | threads | claim+complete ops/s | p50 | p99 | p99.9 | replay ops/s | replay p50 | replay p99 | peak RSS¹ |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for r in &rep.rows {
+        let group = rep.rows.iter().filter(|o| o.threads == r.threads);
+        let best_w = group.clone().map(|o| o.write_ops).fold(0.0, f64::max);
+        let best_r = group.map(|o| o.replay_ops).fold(0.0, f64::max);
+        let bold = |x: f64, best: f64| {
+            if x >= best {
+                format!("**{}**", fmt_ops(x))
+            } else {
+                fmt_ops(x)
+            }
+        };
+        let system = if r.keys == s.keys {
+            r.system.clone()
+        } else {
+            format!("{} [{} keys]", r.system, r.keys)
+        };
+        println!(
+            "| {system} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.threads,
+            bold(r.write_ops, best_w),
+            fmt_lat(r.write_p50),
+            fmt_lat(r.write_p99),
+            fmt_lat(r.write_p999),
+            bold(r.replay_ops, best_r),
+            fmt_lat(r.replay_p50),
+            fmt_lat(r.replay_p99),
+            r.rss_kib
+                .map_or("?".into(), |k| format!("{:.0} MiB", k as f64 / 1024.0)),
+        );
+    }
+    println!();
+    println!(
+        "¹ Peak RSS (VmHWM) of this process right after the row ran. It is cumulative for the \
+         process, not per system: systems run one after another in the order of the rows within \
+         a thread-count group, each at every thread count, so a value includes every system run \
+         before it. Redis and PostgreSQL memory lives in their servers and is not counted. \
+         Rows marked [N keys] ran --synced-keys keys. Bold: best ops/s per thread count."
+    );
+    for line in &rep.skipped {
+        println!("{line}");
+    }
+    println!();
+    let find = |sys: &str| rep.rows.iter().find(|r| r.threads == 1 && r.system == sys);
+    match find("idemdb Buffered") {
+        None => println!("Ratios: n/a (no 1-thread idemdb Buffered row)"),
+        Some(me) => {
+            println!("Ratios, 1 thread, idemdb Buffered / peer (above 1 = idemdb faster):");
+            for peer in [
+                "bare RocksDB buffered",
+                "Redis (RESP, no pipelining)",
+                "PostgreSQL synchronous_commit=off",
+                "HashMap+Mutex (in-process)",
+            ] {
+                match find(peer) {
+                    Some(p) => println!(
+                        "- claim+complete vs {peer}: {:.2}x ({} vs {} ops/s)",
+                        me.write_ops / p.write_ops,
+                        fmt_ops(me.write_ops),
+                        fmt_ops(p.write_ops)
+                    ),
+                    None => println!("- claim+complete vs {peer}: n/a (skipped)"),
+                }
+            }
+            match find("bare RocksDB buffered") {
+                Some(p) => println!(
+                    "- replay vs bare RocksDB read (get_pinned): {:.2}x ({} vs {} ops/s)",
+                    me.replay_ops / p.replay_ops,
+                    fmt_ops(me.replay_ops),
+                    fmt_ops(p.replay_ops)
+                ),
+                None => println!("- replay vs bare RocksDB read: n/a (skipped)"),
+            }
+        }
+    }
+    for n in &rep.notes {
+        println!("Note: {n}");
+    }
+}
+
+fn run_id() -> String {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("r{:012x}", h.finish() & 0xffff_ffff_ffff)
+}
+
+fn main() {
+    let s = match parse_args() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            std::process::exit(2);
+        }
+    };
+    let prefix = run_id();
+    let mut rep = Report {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+        notes: Vec::new(),
+        order: 0,
+    };
+    // `rep.order` is each system's place in the table (rows are grouped by thread count).
+    let started = Instant::now();
+    rep.order = 1;
+    run_idemdb(&mut rep, &s, Durability::Buffered, &prefix);
+    rep.order = 2;
+    run_idemdb(&mut rep, &s, Durability::Synced, &prefix);
+    rep.order = 3;
+    run_bare_rocksdb(&mut rep, &s, false, &prefix);
+    rep.order = 4;
+    run_bare_rocksdb(&mut rep, &s, true, &prefix);
+    rep.order = 5;
+    run_hashmap(&mut rep, &s, &prefix);
+    rep.order = 6;
+    run_redis(&mut rep, &s, &prefix);
+    rep.order = 7;
+    run_postgres(&mut rep, &s, &prefix, false);
+    rep.order = 8;
+    run_postgres(&mut rep, &s, &prefix, true);
+    rep.notes.push(format!(
+        "total run time {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    print_report(&mut rep, &s);
+}
