@@ -9,8 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use idemdb::{
-    Checkpoint, Claim, ClaimOptions, Config, Conflict, Durability, Expect, FailKind, Lease,
-    LeaseLost, ManualClock, RecordInfo, RecordState, Replay, Response, Store, Versioned,
+    Checkpoint, Claim, ClaimOptions, CommitConflict, Config, Conflict, Durability, Expect,
+    FailKind, Lease, LeaseLost, ManualClock, RecordInfo, RecordState, Replay, Response, Store,
+    Versioned,
 };
 use proptest::prelude::*;
 
@@ -59,6 +60,14 @@ enum Op {
     },
     Compact,
     Reopen,
+    /// One commit: an entity write and the completion of a lease, all or nothing.
+    CommitPutComplete {
+        lease: usize,
+        t: usize,
+        k: usize,
+        expect: u8,
+        val: u8,
+    },
     EntityPut {
         t: usize,
         k: usize,
@@ -87,6 +96,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1..4usize).prop_map(|limit| Op::Sweep { limit }),
         2 => (0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(t, k, expect, val)| Op::EntityPut { t, k, expect, val }),
         1 => (0..2usize, 0..3usize, 0..4u8).prop_map(|(t, k, expect)| Op::EntityDelete { t, k, expect }),
+        2 => (any::<usize>(), 0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(lease, t, k, expect, val)| Op::CommitPutComplete { lease, t, k, expect, val }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
     ]
@@ -488,6 +498,51 @@ fn run(ops: Vec<Op>) {
                     if got.is_ok() { "ok" } else { "conflict" }
                 ));
             }
+            Op::CommitPutComplete { .. } if leases.is_empty() => {}
+            Op::CommitPutComplete {
+                lease,
+                t,
+                k,
+                expect,
+                val,
+            } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let (live, e) = model.entity_expect((t, k), expect);
+                let now = model.now;
+                let want = if !model.holds((t, k), e) {
+                    Err(CommitConflict::Condition {
+                        op: 0,
+                        current: live,
+                    })
+                } else {
+                    match model.holder(*id, l.fence()) {
+                        Err(lost) => Err(CommitConflict::Lease { op: 1, lost }),
+                        Ok(r) => {
+                            r.checkpoint = None;
+                            r.state = MState::Completed(resp(val), now);
+                            let v = model.ents.get(&(t, k)).map_or(0, |x| x.0) + 1;
+                            model.ents.insert((t, k), (v, Some(vec![val])));
+                            Ok(vec![Some(v), None])
+                        }
+                    }
+                };
+                let got = store
+                    .commit()
+                    .put(TENANTS[t], KEYS[k], e, vec![val])
+                    .complete(l, resp(val))
+                    .apply()
+                    .unwrap()
+                    .map(|c| c.versions);
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "commit: {}",
+                    match &got {
+                        Ok(_) => "ok",
+                        Err(CommitConflict::Condition { .. }) => "condition",
+                        Err(_) => "lease",
+                    }
+                ));
+            }
             Op::EntityDelete { t, k, expect } => {
                 let (live, e) = model.entity_expect((t, k), expect);
                 let want = if !model.holds((t, k), e) {
@@ -568,6 +623,9 @@ fn store_matches_model() {
         "entity put: conflict",
         "entity delete: ok",
         "entity delete: conflict",
+        "commit: ok",
+        "commit: condition",
+        "commit: lease",
         "forget",
         "advance clock",
         "sweep",
