@@ -9,9 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use idemdb::{
-    Checkpoint, Claim, ClaimOptions, CommitConflict, Config, Conflict, Durability, Expect,
-    FailKind, Lease, LeaseLost, ManualClock, RecordInfo, RecordState, Replay, Response, Store,
-    Versioned,
+    Checkpoint, Claim, ClaimOptions, CommitConflict, Config, Conflict, ConsumerOptions, Durability,
+    Expect, FailKind, Lease, LeaseLost, ManualClock, MessageFailed, RecordInfo, RecordState,
+    Replay, Response, Store, Versioned,
 };
 use proptest::prelude::*;
 
@@ -19,6 +19,24 @@ const TENANTS: [&str; 2] = ["a", "b"];
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
 const FPS: [&[u8]; 2] = [b"fp0", b"fp1"];
 const MAX_LEASE_S: u64 = 100;
+/// Consumer settings of the model; message ids live at `(g + CONSUMER, k)` in the model's map.
+const CONSUMER: usize = 10;
+const GROUPS: [&str; 2] = ["a", "g2"];
+const MSG_MAX_ATTEMPTS: u32 = 2;
+
+fn consumer_opts() -> ConsumerOptions {
+    ConsumerOptions {
+        max_attempts: MSG_MAX_ATTEMPTS,
+        lease: Some(Duration::from_secs(10)),
+        retention: Some(Duration::from_secs(60)),
+    }
+}
+
+fn poison(attempts: u32) -> Response {
+    Response::new(Vec::new())
+        .with_meta("idemdb.poisoned", "true")
+        .with_meta("attempts", attempts.to_string())
+}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -60,6 +78,15 @@ enum Op {
     },
     Compact,
     Reopen,
+    /// A consumer delivery of message `k` to group `g` (the consumer namespace).
+    Begin {
+        g: usize,
+        k: usize,
+    },
+    /// A failed processing attempt of the lease (retry, or poison at the limit).
+    FailMessage {
+        lease: usize,
+    },
     /// One commit: an entity write and the completion of a lease, all or nothing.
     CommitPutComplete {
         lease: usize,
@@ -97,6 +124,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(t, k, expect, val)| Op::EntityPut { t, k, expect, val }),
         1 => (0..2usize, 0..3usize, 0..4u8).prop_map(|(t, k, expect)| Op::EntityDelete { t, k, expect }),
         2 => (any::<usize>(), 0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(lease, t, k, expect, val)| Op::CommitPutComplete { lease, t, k, expect, val }),
+        4 => (0..2usize, 0..2usize).prop_map(|(g, k)| Op::Begin { g, k }),
+        3 => any::<usize>().prop_map(|lease| Op::FailMessage { lease }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
     ]
@@ -543,6 +572,86 @@ fn run(ops: Vec<Op>) {
                     }
                 ));
             }
+            Op::Begin { g, k } => {
+                let id = (g + CONSUMER, k);
+                let now = model.now;
+                let want = match model.claim(id, &[], 10, 60) {
+                    Outcome::Acquired { attempt, fence, .. } if attempt > MSG_MAX_ATTEMPTS => {
+                        let r = model.holder(id, fence).expect("just acquired");
+                        r.checkpoint = None;
+                        r.state = MState::Failed(poison(attempt - 1), now);
+                        format!("poisoned {}", attempt - 1)
+                    }
+                    Outcome::Acquired {
+                        fence,
+                        until,
+                        attempt,
+                        takeover,
+                        ..
+                    } => {
+                        format!("process {fence} {until} {attempt} {takeover}")
+                    }
+                    Outcome::Completed(r) => format!("duplicate {r:?}"),
+                    Outcome::Failed(r) => match r.response.meta.get("attempts") {
+                        Some(a) if r.response.meta.contains_key("idemdb.poisoned") => {
+                            format!("poisoned {a}")
+                        }
+                        _ => format!("duplicate {r:?}"),
+                    },
+                    Outcome::InProgress(d) => format!("in flight {d:?}"),
+                    Outcome::Mismatch => "mismatch".into(),
+                };
+                let got = match store.begin(GROUPS[g], KEYS[k], &consumer_opts()).unwrap() {
+                    idemdb::Begin::Process(l) => {
+                        let s = format!(
+                            "process {} {} {} {}",
+                            l.fence(),
+                            l.expires_at(),
+                            l.attempt(),
+                            l.is_takeover()
+                        );
+                        leases.push((l, id));
+                        s
+                    }
+                    idemdb::Begin::Duplicate(r) => format!("duplicate {r:?}"),
+                    idemdb::Begin::Poisoned { attempts } => format!("poisoned {attempts}"),
+                    idemdb::Begin::InFlight { retry_after } => format!("in flight {retry_after:?}"),
+                };
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "begin: {}",
+                    got.split(' ').next().unwrap_or_default()
+                ));
+            }
+            Op::FailMessage { .. } if leases.is_empty() => {}
+            Op::FailMessage { lease } => {
+                // Fail one of the three newest leases: usually a delivery just begun, so that
+                // messages reach their attempt limit within a sequence.
+                let i = leases.len() - 1 - lease % leases.len().min(3);
+                let (l, id) = &leases[i];
+                let now = model.now;
+                let attempts = l.attempt();
+                let want = model.holder(*id, l.fence()).map(|r| {
+                    if attempts >= MSG_MAX_ATTEMPTS {
+                        r.checkpoint = None;
+                        r.state = MState::Failed(poison(attempts), now);
+                        MessageFailed::Poisoned { attempts }
+                    } else {
+                        r.state = MState::Released;
+                        MessageFailed::WillRetry { attempts }
+                    }
+                });
+                let got = store.fail_message(l, &consumer_opts()).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "fail message: {}",
+                    match got {
+                        Ok(MessageFailed::Poisoned { .. }) => "poisoned",
+                        Ok(_) => "retry",
+                        Err(_) => "lost",
+                    }
+                ));
+            }
             Op::EntityDelete { t, k, expect } => {
                 let (live, e) = model.entity_expect((t, k), expect);
                 let want = if !model.holds((t, k), e) {
@@ -584,7 +693,7 @@ fn store_matches_model() {
     let cases = std::env::var("IDEMDB_MODEL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(96);
+        .unwrap_or(128);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,
@@ -623,6 +732,12 @@ fn store_matches_model() {
         "entity put: conflict",
         "entity delete: ok",
         "entity delete: conflict",
+        "begin: process",
+        "begin: duplicate",
+        "begin: poisoned",
+        "begin: in",
+        "fail message: retry",
+        "fail message: poisoned",
         "commit: ok",
         "commit: condition",
         "commit: lease",
