@@ -203,6 +203,29 @@ pub(crate) fn unseal_bincode<T: serde::de::DeserializeOwned>(
     from_bincode(what, unseal(what, bytes)?)
 }
 
+/// The body of a merge operator over sealed bincode values of a join-semilattice `T`: folds the
+/// existing value and every operand that unseals and decodes with `join`, skipping malformed ones
+/// (a failed merge would make RocksDB read-only). Total and deterministic.
+pub(crate) fn merge_sealed<'a, T>(
+    what: &'static str,
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+    join: impl Fn(&mut T, &T),
+) -> Vec<u8>
+where
+    T: Default + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut acc = T::default();
+    for v in existing
+        .into_iter()
+        .chain(operands)
+        .filter_map(|b| unseal_bincode::<T>(what, b).ok())
+    {
+        join(&mut acc, &v);
+    }
+    seal_bincode(&acc)
+}
+
 /// Serialises with the bounded bincode configuration.
 pub(crate) fn to_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(v, bincode_config()).unwrap_or_default()

@@ -58,12 +58,6 @@ impl OffsetWindow {
     }
 }
 
-fn decode(bytes: &[u8]) -> Option<OffsetWindow> {
-    let mut w: OffsetWindow = codec::unseal_bincode("offset window", bytes).ok()?;
-    w.normalise();
-    Some(w)
-}
-
 fn encode(w: &OffsetWindow) -> Vec<u8> {
     codec::seal_bincode(w)
 }
@@ -74,11 +68,7 @@ pub(crate) fn merge_offset_operands<'a>(
     existing: Option<&'a [u8]>,
     operands: impl Iterator<Item = &'a [u8]>,
 ) -> Vec<u8> {
-    let mut acc = OffsetWindow::default();
-    for w in existing.into_iter().chain(operands).filter_map(decode) {
-        acc.join(&w);
-    }
-    encode(&acc)
+    codec::merge_sealed("offset window", existing, operands, OffsetWindow::join)
 }
 
 fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {

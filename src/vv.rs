@@ -132,10 +132,6 @@ pub(crate) fn encode_vv(vv: &VersionVector) -> Vec<u8> {
     codec::seal_bincode(vv)
 }
 
-fn decode_vv(bytes: &[u8]) -> Option<VersionVector> {
-    codec::unseal_bincode("version vector", bytes).ok()
-}
-
 /// The replica-vector merge operator: the pointwise maximum of the existing value and every
 /// well-formed operand. Malformed inputs are skipped (a failed merge would make the database
 /// read-only); the result depends on the operands alone.
@@ -143,11 +139,7 @@ pub(crate) fn merge_vv_operands<'a>(
     existing: Option<&'a [u8]>,
     operands: impl Iterator<Item = &'a [u8]>,
 ) -> Vec<u8> {
-    let mut acc = VersionVector::new();
-    for vv in existing.into_iter().chain(operands).filter_map(decode_vv) {
-        acc.merge(&vv);
-    }
-    encode_vv(&acc)
+    codec::merge_sealed("version vector", existing, operands, VersionVector::merge)
 }
 
 impl Store {
