@@ -3,7 +3,8 @@
 //! so that conflicts, takeovers, mismatches and expiries happen all the time. Every outcome is
 //! compared, and after every step the observable state of every key (`get`) must equal the model's,
 //! whether or not compaction, sweeps or reopen ran in between. Versioned entities (conditional
-//! puts and deletes with tombstones) run in the same sequences against their own model.
+//! puts and deletes with tombstones), atomic commits, consumer deliveries (with poison) and unique
+//! reservations (plain and bound to leases) run in the same sequences against the same model.
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use idemdb::{
     Checkpoint, Claim, ClaimOptions, CommitConflict, Config, Conflict, ConsumerOptions, Durability,
     Expect, FailKind, Lease, LeaseLost, ManualClock, MessageFailed, RecordInfo, RecordState,
-    Replay, Response, Store, Versioned,
+    Released, Replay, Reservation, Response, Store, Versioned,
 };
 use proptest::prelude::*;
 
@@ -78,6 +79,19 @@ enum Op {
     },
     Compact,
     Reopen,
+    /// Unique constraint ops on value `v` of one index, by owner `o`.
+    Reserve {
+        v: u8,
+        o: u8,
+    },
+    ReserveFor {
+        lease: usize,
+        v: u8,
+    },
+    Release {
+        v: u8,
+        o: u8,
+    },
     /// A consumer delivery of message `k` to group `g` (the consumer namespace).
     Begin {
         g: usize,
@@ -126,6 +140,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(lease, t, k, expect, val)| Op::CommitPutComplete { lease, t, k, expect, val }),
         4 => (0..2usize, 0..2usize).prop_map(|(g, k)| Op::Begin { g, k }),
         3 => any::<usize>().prop_map(|lease| Op::FailMessage { lease }),
+        2 => (0..2u8, 0..2u8).prop_map(|(v, o)| Op::Reserve { v, o }),
+        2 => (any::<usize>(), 0..2u8).prop_map(|(lease, v)| Op::ReserveFor { lease, v }),
+        1 => (0..2u8, 0..2u8).prop_map(|(v, o)| Op::Release { v, o }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
     ]
@@ -152,6 +169,9 @@ struct MRec {
 }
 
 /// The reference model: obviously right, and nothing more.
+/// A reservation's owner and, when bound to a lease, the lease's (model id, fence).
+type ReservationState = (Vec<u8>, Option<((usize, usize), u64)>);
+
 /// An entity's version and its value (`None`: a tombstone).
 type EntityState = (u64, Option<Vec<u8>>);
 
@@ -159,6 +179,8 @@ struct Model {
     now: u64,
     next_fence: u64,
     recs: BTreeMap<(usize, usize), MRec>,
+    /// Reservations by value: owner and, when bound, the lease's (model id, fence).
+    res: BTreeMap<u8, ReservationState>,
     /// Versioned entities: (version, value or tombstone).
     ents: BTreeMap<(usize, usize), EntityState>,
 }
@@ -275,6 +297,34 @@ impl Model {
         }
     }
 
+    /// The owner of a live reservation of value `v`.
+    fn reservation(&self, v: u8) -> Option<Vec<u8>> {
+        let (owner, bound) = self.res.get(&v)?;
+        let live = match bound {
+            None => true,
+            Some((id, fence)) => self.live(*id).is_some_and(|r| {
+                r.fence == *fence
+                    && matches!(r.state, MState::Pending { lease_until } if lease_until > self.now)
+            }),
+        };
+        live.then(|| owner.clone())
+    }
+
+    fn reserve(
+        &mut self,
+        v: u8,
+        owner: Vec<u8>,
+        bound: Option<((usize, usize), u64)>,
+    ) -> Reservation {
+        match self.reservation(v) {
+            Some(cur) if cur != owner => Reservation::Taken { owner: cur },
+            _ => {
+                self.res.insert(v, (owner, bound));
+                Reservation::Reserved
+            }
+        }
+    }
+
     fn info(&self, id: (usize, usize)) -> Option<RecordInfo> {
         let r = self.live(id)?;
         let state = match &r.state {
@@ -379,6 +429,7 @@ fn run(ops: Vec<Op>) {
         next_fence: 1,
         recs: BTreeMap::new(),
         ents: BTreeMap::new(),
+        res: BTreeMap::new(),
     };
     let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
@@ -652,6 +703,59 @@ fn run(ops: Vec<Op>) {
                     }
                 ));
             }
+            Op::Reserve { v, o } => {
+                let owner = format!("owner-{o}").into_bytes();
+                let want = model.reserve(v, owner.clone(), None);
+                let got = store.reserve("idx", &[&[v]], &owner).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "reserve: {}",
+                    if got == Reservation::Reserved {
+                        "reserved"
+                    } else {
+                        "taken"
+                    }
+                ));
+            }
+            Op::ReserveFor { .. } if leases.is_empty() => {}
+            Op::ReserveFor { lease, v } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let want = match model.holder(*id, l.fence()) {
+                    Err(lost) => Err(lost),
+                    Ok(_) => Ok(model.reserve(v, l.key().to_vec(), Some((*id, l.fence())))),
+                };
+                let got = store.reserve_for(l, "idx", &[&[v]]).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "reserve for lease: {}",
+                    match &got {
+                        Ok(Reservation::Reserved) => "reserved",
+                        Ok(_) => "taken",
+                        Err(_) => "lost",
+                    }
+                ));
+            }
+            Op::Release { v, o } => {
+                let owner = format!("owner-{o}").into_bytes();
+                let want = match model.reservation(v) {
+                    None => Released::Absent,
+                    Some(cur) if cur != owner => Released::NotOwner { owner: cur },
+                    Some(_) => {
+                        model.res.remove(&v);
+                        Released::Released
+                    }
+                };
+                let got = store.release("idx", &[&[v]], &owner).unwrap();
+                assert_eq!(got, want, "{ctx}");
+                count(format!(
+                    "release: {}",
+                    match got {
+                        Released::Released => "released",
+                        Released::Absent => "absent",
+                        _ => "not owner",
+                    }
+                ));
+            }
             Op::EntityDelete { t, k, expect } => {
                 let (live, e) = model.entity_expect((t, k), expect);
                 let want = if !model.holds((t, k), e) {
@@ -678,6 +782,14 @@ fn run(ops: Vec<Op>) {
                 let got = store.get(tenant, key).unwrap();
                 assert_eq!(got, model.info((t, k)), "{ctx}: state of {tenant}/{key}");
                 let ent = store.get_entity(tenant, key).unwrap();
+                if t == 0 && k < 2 {
+                    let v = k as u8;
+                    assert_eq!(
+                        store.reservation_owner("idx", &[&[v]]).unwrap(),
+                        model.reservation(v),
+                        "{ctx}: reservation {v}"
+                    );
+                }
                 assert_eq!(
                     ent,
                     model.live_entity((t, k)),
@@ -738,6 +850,13 @@ fn store_matches_model() {
         "begin: in",
         "fail message: retry",
         "fail message: poisoned",
+        "reserve: reserved",
+        "reserve: taken",
+        "reserve for lease: reserved",
+        "reserve for lease: taken",
+        "release: released",
+        "release: not owner",
+        "release: absent",
         "commit: ok",
         "commit: condition",
         "commit: lease",
