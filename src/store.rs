@@ -172,58 +172,9 @@ impl Store {
         if old.as_ref().is_some_and(|r| r.expires_at <= now) {
             Metrics::bump(&m.expired);
         }
-        if let Some(rec) = old.as_mut().filter(|r| r.expires_at > now) {
-            if rec.fingerprint != fingerprint {
-                Metrics::bump(&m.mismatch);
-                return Ok(Claim::Mismatch);
-            }
-            // A final state is replayed by moving the stored response out (no copy).
-            match std::mem::replace(&mut rec.state, State::Released) {
-                State::Completed { response, at } => {
-                    Metrics::bump(&m.replayed);
-                    let replay = Replay {
-                        response,
-                        finished_at: at,
-                    };
-                    return Ok(Claim::Completed(replay));
-                }
-                State::Failed { response, at } => {
-                    Metrics::bump(&m.replayed);
-                    let replay = Replay {
-                        response,
-                        finished_at: at,
-                    };
-                    return Ok(Claim::Failed(replay));
-                }
-                other => rec.state = other,
-            }
-        }
-        let live = old.as_ref().filter(|r| r.expires_at > now);
+        let lease_until = now.saturating_add(lease_ms);
         let mut takeover = false;
-        let new = match live {
-            Some(rec) => match &rec.state {
-                State::Pending { lease_until } if *lease_until > now => {
-                    Metrics::bump(&m.in_progress);
-                    return Ok(Claim::InProgress {
-                        retry_after: Duration::from_millis(lease_until - now),
-                    });
-                }
-                State::Completed { .. } | State::Failed { .. } => {
-                    return Err(Error::Engine("final state not replayed".into()));
-                }
-                State::Pending { .. } | State::Released => {
-                    takeover = matches!(rec.state, State::Pending { .. });
-                    let lease_until = now.saturating_add(lease_ms);
-                    Record {
-                        expires_at: rec.expires_at.max(lease_until),
-                        fence: self.next_fence(),
-                        attempts: rec.attempts.saturating_add(1),
-                        takeovers: rec.takeovers + u32::from(takeover),
-                        state: State::Pending { lease_until },
-                        ..rec.clone()
-                    }
-                }
-            },
+        let new = match old.as_mut().filter(|r| r.expires_at > now) {
             None => Record {
                 expires_at: now.saturating_add(retention_ms),
                 fingerprint: fingerprint.to_vec(),
@@ -232,21 +183,58 @@ impl Store {
                 attempts: 1,
                 takeovers: 0,
                 checkpoint: None,
-                state: State::Pending {
-                    lease_until: now.saturating_add(lease_ms),
-                },
+                state: State::Pending { lease_until },
             },
+            Some(rec) => {
+                if rec.fingerprint != fingerprint {
+                    Metrics::bump(&m.mismatch);
+                    return Ok(Claim::Mismatch);
+                }
+                // Final states are replayed by moving the stored response out (no copy).
+                match std::mem::replace(&mut rec.state, State::Released) {
+                    State::Completed { response, at } => {
+                        Metrics::bump(&m.replayed);
+                        let replay = Replay {
+                            response,
+                            finished_at: at,
+                        };
+                        return Ok(Claim::Completed(replay));
+                    }
+                    State::Failed { response, at } => {
+                        Metrics::bump(&m.replayed);
+                        let replay = Replay {
+                            response,
+                            finished_at: at,
+                        };
+                        return Ok(Claim::Failed(replay));
+                    }
+                    State::Pending { lease_until: held } if held > now => {
+                        Metrics::bump(&m.in_progress);
+                        return Ok(Claim::InProgress {
+                            retry_after: Duration::from_millis(held - now),
+                        });
+                    }
+                    previous => {
+                        // Released for a retry, or a lease that ran out: acquire (a takeover).
+                        takeover = matches!(previous, State::Pending { .. });
+                        rec.state = previous;
+                        Record {
+                            expires_at: rec.expires_at.max(lease_until),
+                            fence: self.next_fence(),
+                            attempts: rec.attempts.saturating_add(1),
+                            takeovers: rec.takeovers + u32::from(takeover),
+                            state: State::Pending { lease_until },
+                            ..rec.clone()
+                        }
+                    }
+                }
+            }
         };
         self.write_record(&rkey, old.as_ref(), &new, true)?;
         Metrics::bump(&m.acquired);
         if takeover {
             Metrics::bump(&m.takeover);
         }
-        let State::Pending { lease_until } = new.state else {
-            return Err(Error::Engine(
-                "claim built a record that is not pending".into(),
-            ));
-        };
         Ok(Claim::Acquired(Lease {
             tenant: tenant.to_vec(),
             key: key.to_vec(),
