@@ -6,7 +6,7 @@ use crate::codec;
 use crate::engine::Cf;
 use crate::error::{Error, InvalidInput, Result};
 use crate::metrics::Metrics;
-use crate::record::{FailKind, Lease, LeaseLost, Response, State};
+use crate::record::{FailKind, Lease, LeaseLost, Response};
 use crate::store::{add_record, check_holder, Store};
 use crate::unique::unique_key;
 use crate::versions::{
@@ -238,7 +238,6 @@ impl Commit<'_> {
         let engine = store.engine();
         let mut batch = engine.batch();
         let mut versions = Vec::with_capacity(self.ops.len());
-        let mut finished = 0usize;
         let mut ends = Vec::new();
         for (i, op) in self.ops.into_iter().enumerate() {
             match op {
@@ -284,49 +283,40 @@ impl Commit<'_> {
                     versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {
-                    let old = match check_holder(store.load(&rkey)?, &lease, now) {
+                    let mut rec = match check_holder(store.load(&rkey)?, &lease, now) {
                         Ok(r) => r,
                         Err(lost) => {
                             Metrics::bump(&store.metrics().lease_lost);
                             return Ok(Err(CommitConflict::Lease { op: i, lost }));
                         }
                     };
-                    let mut new = old.clone();
-                    match &end {
+                    let slot = rec.index_slot();
+                    let m = store.metrics();
+                    ends.push(match end {
                         End::Complete(resp) => {
-                            new.checkpoint = None;
-                            new.state = State::Completed {
-                                response: resp.clone(),
-                                at: now,
-                            };
+                            rec.complete(resp, now);
+                            &m.completed
                         }
-                        End::Fail(FailKind::Retryable) => new.state = State::Released,
-                        End::Fail(FailKind::Terminal(resp)) => {
-                            new.checkpoint = None;
-                            new.state = State::Failed {
-                                response: resp.clone(),
-                                at: now,
+                        End::Fail(kind) => {
+                            let counter = match kind {
+                                FailKind::Retryable => &m.failed_retryable,
+                                FailKind::Terminal(_) => &m.failed_terminal,
                             };
+                            rec.fail(kind, now);
+                            counter
                         }
-                    }
-                    add_record(&mut batch, &rkey, Some(&old), &new, false);
-                    finished += 1;
-                    ends.push(end);
+                    });
+                    add_record(&mut batch, &rkey, Some(slot), &rec, false);
                     versions.push(None);
                 }
             }
         }
         engine.write(batch)?;
-        let m = store.metrics();
-        for end in &ends {
-            Metrics::bump(match end {
-                End::Complete(_) => &m.completed,
-                End::Fail(FailKind::Retryable) => &m.failed_retryable,
-                End::Fail(FailKind::Terminal(_)) => &m.failed_terminal,
-            });
+        for counter in &ends {
+            Metrics::bump(counter);
         }
         drop(_guards);
-        if finished > 0 {
+        if !ends.is_empty() {
             store.notify_finished();
         }
         Ok(Ok(Committed { versions }))

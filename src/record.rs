@@ -264,6 +264,28 @@ pub(crate) enum State {
 }
 
 impl Record {
+    /// Where this record's expiry-index entry is: (expiry time, fencing token).
+    pub(crate) fn index_slot(&self) -> (Millis, u64) {
+        (self.expires_at, self.fence)
+    }
+
+    /// Moves the record to `Completed`; the recovery point is no longer needed.
+    pub(crate) fn complete(&mut self, response: Response, at: Millis) {
+        self.checkpoint = None;
+        self.state = State::Completed { response, at };
+    }
+
+    /// Releases the record for a retry (keeping its recovery point) or moves it to `Failed`.
+    pub(crate) fn fail(&mut self, kind: FailKind, at: Millis) {
+        match kind {
+            FailKind::Retryable => self.state = State::Released,
+            FailKind::Terminal(response) => {
+                self.checkpoint = None;
+                self.state = State::Failed { response, at };
+            }
+        }
+    }
+
     pub(crate) fn info(&self) -> RecordInfo {
         let state = match &self.state {
             State::Pending { lease_until } => RecordState::Pending {

@@ -168,13 +168,14 @@ impl Store {
         let rkey = codec::record_key_in(consumer, tenant, key);
         let _guard = self.lock(&rkey);
         let now = self.now();
-        let mut old = self.load(&rkey)?;
+        let old = self.load(&rkey)?;
         if old.as_ref().is_some_and(|r| r.expires_at <= now) {
             Metrics::bump(&m.expired);
         }
+        let old_slot = old.as_ref().map(Record::index_slot);
         let lease_until = now.saturating_add(lease_ms);
         let mut takeover = false;
-        let new = match old.as_mut().filter(|r| r.expires_at > now) {
+        let new = match old.filter(|r| r.expires_at > now) {
             None => Record {
                 expires_at: now.saturating_add(retention_ms),
                 fingerprint: fingerprint.to_vec(),
@@ -185,7 +186,7 @@ impl Store {
                 checkpoint: None,
                 state: State::Pending { lease_until },
             },
-            Some(rec) => {
+            Some(mut rec) => {
                 if rec.fingerprint != fingerprint {
                     Metrics::bump(&m.mismatch);
                     return Ok(Claim::Mismatch);
@@ -217,20 +218,17 @@ impl Store {
                     previous => {
                         // Released for a retry, or a lease that ran out: acquire (a takeover).
                         takeover = matches!(previous, State::Pending { .. });
-                        rec.state = previous;
-                        Record {
-                            expires_at: rec.expires_at.max(lease_until),
-                            fence: self.next_fence(),
-                            attempts: rec.attempts.saturating_add(1),
-                            takeovers: rec.takeovers + u32::from(takeover),
-                            state: State::Pending { lease_until },
-                            ..rec.clone()
-                        }
+                        rec.expires_at = rec.expires_at.max(lease_until);
+                        rec.fence = self.next_fence();
+                        rec.attempts = rec.attempts.saturating_add(1);
+                        rec.takeovers += u32::from(takeover);
+                        rec.state = State::Pending { lease_until };
+                        rec
                     }
                 }
             }
         };
-        self.write_record(&rkey, old.as_ref(), &new, true)?;
+        self.write_record(&rkey, old_slot, &new, true)?;
         Metrics::bump(&m.acquired);
         if takeover {
             Metrics::bump(&m.takeover);
@@ -256,8 +254,7 @@ impl Store {
     ) -> Result<std::result::Result<(), LeaseLost>> {
         self.check_size("response", response.size())?;
         let r = self.with_lease(lease, |rec, now| {
-            rec.checkpoint = None;
-            rec.state = State::Completed { response, at: now };
+            rec.complete(response, now);
             Ok(())
         })?;
         if r.is_ok() {
@@ -278,13 +275,7 @@ impl Store {
         }
         let terminal = matches!(kind, FailKind::Terminal(_));
         let r = self.with_lease(lease, |rec, now| {
-            rec.state = match kind {
-                FailKind::Retryable => State::Released,
-                FailKind::Terminal(response) => {
-                    rec.checkpoint = None;
-                    State::Failed { response, at: now }
-                }
-            };
+            rec.fail(kind, now);
             Ok(())
         })?;
         if r.is_ok() {
@@ -594,12 +585,11 @@ impl Store {
         })?
     }
 
-    /// Writes `new` for `rkey` in one batch: the record, its index entry (replacing `old`'s if
-    /// either expiry or fence changed) and, when `fence_issued`, the fence high-water mark.
+    /// Writes `new` for `rkey` in one batch (see [`add_record`]).
     fn write_record(
         &self,
         rkey: &[u8],
-        old: Option<&Record>,
+        old: Option<(Millis, u64)>,
         new: &Record,
         fence_issued: bool,
     ) -> Result<()> {
@@ -609,28 +599,29 @@ impl Store {
     }
 }
 
-/// Adds `new` for `rkey` to a batch: the record, its index entry (replacing `old`'s if expiry or
-/// fence changed) and, when `fence_issued`, the fence high-water mark.
+/// Adds `new` for `rkey` to a batch: the record, its index entry (replacing the entry at the old
+/// record's index slot if expiry or fence changed) and, when `fence_issued`, the fence high-water
+/// mark.
 pub(crate) fn add_record(
     batch: &mut crate::engine::Batch<'_>,
     rkey: &[u8],
-    old: Option<&Record>,
+    old: Option<(Millis, u64)>,
     new: &Record,
     fence_issued: bool,
 ) {
-    {
-        batch.put(Cf::Records, rkey, &codec::encode_record(new));
-        let new_index = codec::index_key(new.expires_at, new.fence, rkey);
-        let old_index = old.map(|o| codec::index_key(o.expires_at, o.fence, rkey));
-        if old_index.as_deref() != Some(new_index.as_slice()) {
-            if let Some(o) = old_index {
-                batch.delete(Cf::Expiry, &o);
-            }
-            batch.put(Cf::Expiry, &new_index, &[]);
+    batch.put(Cf::Records, rkey, &codec::encode_record(new));
+    if old != Some(new.index_slot()) {
+        if let Some((expires_at, fence)) = old {
+            batch.delete(Cf::Expiry, &codec::index_key(expires_at, fence, rkey));
         }
-        if fence_issued {
-            batch.merge(Cf::Meta, META_FENCE, &new.fence.to_be_bytes());
-        }
+        batch.put(
+            Cf::Expiry,
+            &codec::index_key(new.expires_at, new.fence, rkey),
+            &[],
+        );
+    }
+    if fence_issued {
+        batch.merge(Cf::Meta, META_FENCE, &new.fence.to_be_bytes());
     }
 }
 
@@ -663,18 +654,18 @@ impl Store {
         let rkey = lease.record_key();
         let guard = self.lock(&rkey);
         let now = self.now();
-        let old = match check_holder(self.load(&rkey)?, lease, now) {
+        let mut rec = match check_holder(self.load(&rkey)?, lease, now) {
             Ok(rec) => rec,
             Err(lost) => {
                 Metrics::bump(&self.inner.metrics.lease_lost);
                 return Ok(Err(lost));
             }
         };
-        let mut new = old.clone();
-        let out = f(&mut new, now)?;
-        self.write_record(&rkey, Some(&old), &new, false)?;
+        let slot = rec.index_slot();
+        let out = f(&mut rec, now)?;
+        self.write_record(&rkey, Some(slot), &rec, false)?;
         drop(guard);
-        if !matches!(new.state, State::Pending { .. }) {
+        if !matches!(rec.state, State::Pending { .. }) {
             self.notify_finished();
         }
         Ok(Ok(out))

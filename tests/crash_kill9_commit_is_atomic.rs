@@ -8,22 +8,10 @@ use std::io::Write;
 
 mod common;
 
-use idemdb::{Claim, ClaimOptions, Config, Durability, Expect, RecordState, Response};
+use idemdb::{Claim, ClaimOptions, Expect, RecordState, Response};
 
 const CHILD_ENV: &str = "IDEMDB_COMMIT_CHILD_DIR";
 const TOTAL: u64 = 1_000_000;
-
-fn num(v: &[u8]) -> u64 {
-    u64::from_be_bytes(v.try_into().unwrap())
-}
-
-fn open(dir: &str) -> idemdb::Store {
-    Config::new(dir)
-        .durability(Durability::Synced)
-        .sweep_interval(None)
-        .open()
-        .unwrap()
-}
 
 #[test]
 #[ignore = "the child side of the commit crash test; run by the parent test"]
@@ -35,7 +23,7 @@ fn commit_child() {
         .unwrap()
         .parse()
         .unwrap();
-    let store = open(&dir);
+    let store = common::open_synced(&dir);
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let req = format!("req-{i}");
@@ -53,13 +41,13 @@ fn commit_child() {
                 "bank",
                 "A",
                 Expect::Version(a.version),
-                (num(&a.value) - 1).to_be_bytes(),
+                (common::be_u64(&a.value) - 1).to_be_bytes(),
             )
             .put(
                 "bank",
                 "B",
                 Expect::Version(b.version),
-                (num(&b.value) + 1).to_be_bytes(),
+                (common::be_u64(&b.value) + 1).to_be_bytes(),
             )
             .put(
                 "bank",
@@ -85,7 +73,7 @@ fn commits_are_all_or_nothing_across_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_owned();
     {
-        let s = open(&path);
+        let s = common::open_synced(&path);
         s.put_entity("bank", "A", Expect::Absent, TOTAL.to_be_bytes())
             .unwrap()
             .unwrap();
@@ -111,17 +99,17 @@ fn commits_are_all_or_nothing_across_sigkill() {
         let new_acks = reader.join().unwrap();
         acked.extend(&new_acks);
 
-        let store = open(&path);
+        let store = common::open_synced(&path);
         let a = store.get_entity("bank", "A").unwrap().unwrap();
         let b = store.get_entity("bank", "B").unwrap().unwrap();
         assert_eq!(
-            num(&a.value) + num(&b.value),
+            common::be_u64(&a.value) + common::be_u64(&b.value),
             TOTAL,
             "iteration {iter}: money conserved"
         );
         assert!(a.version >= last_version, "versions never go backwards");
         last_version = a.version;
-        let moved = num(&b.value);
+        let moved = common::be_u64(&b.value);
         // Every acknowledged commit is present.
         for &(i, version) in &acked {
             assert!(

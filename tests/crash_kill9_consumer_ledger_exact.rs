@@ -9,22 +9,10 @@ use std::time::Duration;
 
 mod common;
 
-use idemdb::{Begin, Config, ConsumerOptions, Durability, Expect, Response};
+use idemdb::{Begin, ConsumerOptions, Expect, Response};
 
 const CHILD_ENV: &str = "IDEMDB_CONSUMER_CHILD_DIR";
 const MESSAGES: u64 = 3_000;
-
-fn num(v: &[u8]) -> u64 {
-    u64::from_be_bytes(v.try_into().unwrap())
-}
-
-fn open(dir: &str) -> idemdb::Store {
-    Config::new(dir)
-        .durability(Durability::Synced)
-        .sweep_interval(None)
-        .open()
-        .unwrap()
-}
 
 fn opts() -> ConsumerOptions {
     ConsumerOptions {
@@ -40,7 +28,7 @@ fn consumer_child() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let store = open(&dir);
+    let store = common::open_synced(&dir);
     // The "broker" redelivers everything from the start after a crash, as at-least-once brokers
     // do for unacknowledged messages.
     for m in 0..MESSAGES {
@@ -56,7 +44,7 @@ fn consumer_child() {
                             "acct",
                             "total",
                             Expect::Version(total.version),
-                            (num(&total.value) + 1).to_be_bytes(),
+                            (common::be_u64(&total.value) + 1).to_be_bytes(),
                         )
                         .complete(&lease, Response::new("applied"))
                         .apply()
@@ -83,7 +71,7 @@ fn ledger_is_exact_after_many_sigkills() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_owned();
     {
-        let s = open(&path);
+        let s = common::open_synced(&path);
         s.put_entity("acct", "total", Expect::Absent, 0u64.to_be_bytes())
             .unwrap()
             .unwrap();
@@ -94,8 +82,8 @@ fn ledger_is_exact_after_many_sigkills() {
     for _ in 0..iterations {
         let mut child = spawn();
         common::kill_after_random_pause(&mut child, &mut rng, 20, 150);
-        let store = open(&path);
-        let total = num(&store.get_entity("acct", "total").unwrap().unwrap().value);
+        let store = common::open_synced(&path);
+        let total = common::be_u64(&store.get_entity("acct", "total").unwrap().unwrap().value);
         let entries = (0..MESSAGES)
             .filter(|m| {
                 store
@@ -112,8 +100,8 @@ fn ledger_is_exact_after_many_sigkills() {
     }
     let status = spawn().wait().unwrap();
     assert!(status.success(), "the last consumer finishes");
-    let store = open(&path);
-    let total = num(&store.get_entity("acct", "total").unwrap().unwrap().value);
+    let store = common::open_synced(&path);
+    let total = common::be_u64(&store.get_entity("acct", "total").unwrap().unwrap().value);
     assert_eq!(total, MESSAGES, "every effect exactly once");
     for m in 0..MESSAGES {
         assert!(

@@ -99,3 +99,17 @@ pub fn kill_after_random_pause(
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
 }
+
+/// A u64 stored as 8 big-endian bytes (the crash tests' balances and counters).
+pub fn be_u64(v: &[u8]) -> u64 {
+    u64::from_be_bytes(v.try_into().expect("8 bytes"))
+}
+
+/// The store in `dir` as the crash tests' children and parents open it: synced, system clock.
+pub fn open_synced(dir: &str) -> Store {
+    Config::new(dir)
+        .durability(Durability::Synced)
+        .sweep_interval(None)
+        .open()
+        .expect("open store")
+}
