@@ -386,13 +386,21 @@ fn max_u64_merge(
     existing: Option<&[u8]>,
     operands: &MergeOperands,
 ) -> Option<Vec<u8>> {
+    Some(max_u64_fold(existing, operands.iter()))
+}
+
+/// The fold behind [`max_u64_merge`], over any operands (the fuzz target calls it directly).
+pub(crate) fn max_u64_fold<'a>(
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
     let max = existing
         .into_iter()
         .chain(operands)
         .filter_map(codec::decode_u64)
         .max()
         .unwrap_or(0);
-    Some(max.to_be_bytes().to_vec())
+    max.to_be_bytes().to_vec()
 }
 
 /// Merge operator of the versions CF, dispatching on the key's kind byte: replica version vectors
@@ -403,20 +411,26 @@ fn versions_merge(
     existing: Option<&[u8]>,
     operands: &MergeOperands,
 ) -> Option<Vec<u8>> {
-    Some(match key.first() {
-        Some(&crate::versions::KIND_REPLICA_VV) => {
-            crate::vv::merge_vv_operands(existing, operands.iter())
-        }
+    Some(versions_fold(key, existing, operands.iter()))
+}
+
+/// The fold behind [`versions_merge`], over any operands (the fuzz target calls it directly).
+pub(crate) fn versions_fold<'a>(
+    key: &[u8],
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    match key.first() {
+        Some(&crate::versions::KIND_REPLICA_VV) => crate::vv::merge_vv_operands(existing, operands),
         Some(&crate::offsets::KIND_OFFSETS) => {
-            crate::offsets::merge_offset_operands(existing, operands.iter())
+            crate::offsets::merge_offset_operands(existing, operands)
         }
         _ => operands
-            .iter()
             .last()
             .or(existing)
             .map(<[u8]>::to_vec)
             .unwrap_or_default(),
-    })
+    }
 }
 
 #[derive(Clone, Copy)]

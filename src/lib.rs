@@ -74,8 +74,91 @@ pub use vv::{Causality, Sibling, Siblings, VersionVector};
 
 #[doc(hidden)]
 pub mod __internal {
-    //! Test-only hooks; not part of the stable API.
+    //! Test-only hooks; not part of the stable API. The `decode` fuzz target (`fuzz/`) feeds
+    //! arbitrary bytes through every decoder and merge fold below.
     pub use crate::codec::{record_key, split_record_key};
+
+    use crate::{OffsetWindow, RecordInfo, Result, Siblings, VersionVector};
+
+    /// Decodes a value of the `records` column family: the record as `get` would report it, and
+    /// the record encoded again (the canonical bytes of what was decoded).
+    pub fn decode_record(bytes: &[u8]) -> Result<(RecordInfo, Vec<u8>)> {
+        let rec = crate::codec::decode_record(bytes)?;
+        Ok((rec.info(), crate::codec::encode_record(&rec)))
+    }
+
+    /// The expiry the compaction filter reads from a record value (`None` unless it checks out).
+    pub fn record_expiry(bytes: &[u8]) -> Option<u64> {
+        crate::codec::record_expiry(bytes)
+    }
+
+    /// Seals `body` in the generic envelope `[format][body][crc32 BE]`.
+    pub fn seal(body: &[u8]) -> Vec<u8> {
+        crate::codec::seal(body)
+    }
+
+    /// Decodes a versioned entity value (kind 1): its version and value (`None`: a tombstone).
+    pub fn decode_entity(bytes: &[u8]) -> Result<(u64, Option<Vec<u8>>)> {
+        let s = crate::versions::decode_entity(bytes)?;
+        Ok((s.version, s.value))
+    }
+
+    /// Encodes a versioned entity value (kind 1).
+    pub fn encode_entity(version: u64, value: Option<&[u8]>) -> Vec<u8> {
+        crate::versions::encode_entity(version, value)
+    }
+
+    /// Decodes a causal entity value (kind 2).
+    pub fn decode_siblings(bytes: &[u8]) -> Result<Siblings> {
+        crate::codec::unseal_bincode("causal entity", bytes)
+    }
+
+    /// Decodes a replica version vector value (kind 3).
+    pub fn decode_version_vector(bytes: &[u8]) -> Result<VersionVector> {
+        crate::codec::unseal_bincode("version vector", bytes)
+    }
+
+    /// Encodes a replica version vector value (kind 3), as a merge operand.
+    pub fn encode_version_vector(vv: &VersionVector) -> Vec<u8> {
+        crate::vv::encode_vv(vv)
+    }
+
+    /// Decodes an offset window value (kind 4).
+    pub fn decode_offset_window(bytes: &[u8]) -> Result<OffsetWindow> {
+        crate::codec::unseal_bincode("offset window", bytes)
+    }
+
+    /// Encodes an offset window value (kind 4), as a merge operand.
+    pub fn encode_offset_window(w: &OffsetWindow) -> Vec<u8> {
+        crate::codec::seal_bincode(w)
+    }
+
+    /// Decodes a unique reservation value (kind 5): the owner and, if bound, the lease's
+    /// (record key, fence).
+    pub fn decode_reservation(bytes: &[u8]) -> Result<(Vec<u8>, Option<(Vec<u8>, u64)>)> {
+        let s: crate::unique::Stored = crate::codec::unseal_bincode("reservation", bytes)?;
+        Ok((s.owner, s.bound))
+    }
+
+    /// The expiry index key of a record version.
+    pub fn index_key(expires_at: u64, fence: u64, record_key: &[u8]) -> Vec<u8> {
+        crate::codec::index_key(expires_at, fence, record_key)
+    }
+
+    /// Splits an expiry index key into (expiry time, record key).
+    pub fn split_index_key(bytes: &[u8]) -> Option<(u64, &[u8])> {
+        crate::codec::split_index_key(bytes)
+    }
+
+    /// The `versions` column family's merge operator on a key, an existing value and operands.
+    pub fn versions_merge(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+        crate::engine::versions_fold(key, existing, operands.iter().copied())
+    }
+
+    /// The `meta` column family's merge operator (the fence high-water mark).
+    pub fn max_u64_merge(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+        crate::engine::max_u64_fold(existing, operands.iter().copied())
+    }
 }
 
 /// The README's examples, compiled and run as doc-tests so they cannot drift from the code.
