@@ -52,8 +52,9 @@ impl OffsetWindow {
 
     fn normalise(&mut self) {
         self.above = self.above.split_off(&self.next);
-        while self.above.remove(&self.next) {
-            self.next = self.next.saturating_add(1);
+        // `next` cannot count past `u64::MAX`: once processed, that offset stays in the set.
+        while self.next < u64::MAX && self.above.remove(&self.next) {
+            self.next += 1;
         }
     }
 }
@@ -101,10 +102,14 @@ impl Store {
         partition: u32,
         watermark: u64,
     ) -> Result<()> {
-        let w = OffsetWindow {
+        let mut w = OffsetWindow {
             next: watermark.saturating_add(1),
             above: BTreeSet::new(),
         };
+        if watermark == u64::MAX {
+            // `next` saturates: the last offset is kept in the set instead.
+            w.above.insert(u64::MAX);
+        }
         self.merge_window(group.as_ref(), topic.as_ref(), partition, &w)
     }
 
