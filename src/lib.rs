@@ -133,9 +133,11 @@ pub mod __internal {
         crate::codec::seal_bincode(w)
     }
 
-    /// Decodes a unique reservation value (kind 5): the owner and, if bound, the lease's
-    /// (record key, fence).
-    pub fn decode_reservation(bytes: &[u8]) -> Result<(Vec<u8>, Option<(Vec<u8>, u64)>)> {
+    /// A reservation's owner and, if bound to a lease, the lease's (record key, fence).
+    pub type DecodedReservation = (Vec<u8>, Option<(Vec<u8>, u64)>);
+
+    /// Decodes a unique reservation value (kind 5).
+    pub fn decode_reservation(bytes: &[u8]) -> Result<DecodedReservation> {
         let s: crate::unique::Stored = crate::codec::unseal_bincode("reservation", bytes)?;
         Ok((s.owner, s.bound))
     }
