@@ -7,8 +7,9 @@
 //! store, and checks the store again:
 //!
 //! - at most one live lease per key: within a round (time stands still) a key is acquired at most
-//!   once, plus once more per retryable failure that released it, and finished at most once; no
-//!   fencing token finishes twice, and only the current token's holder can finish;
+//!   once, plus once more per retryable failure that released it, and not at all over a lease
+//!   that was live or a record that was finished when the round began (unless that lease itself
+//!   released it); a key finishes at most once per round, and no fencing token finishes twice;
 //! - fencing tokens only increase: every token is above every token of earlier rounds (reopen
 //!   included), tokens are unique, and each thread sees its own strictly increasing;
 //! - entity versions only increase, by exactly one per successful write: the successful writes
@@ -195,7 +196,14 @@ struct Checker {
 }
 
 impl Checker {
-    fn round(&mut self, round: usize, events: &[Vec<Event>]) {
+    /// Checks one round's events; `start` is what `get` reported for each key before it.
+    fn round(
+        &mut self,
+        round: usize,
+        start: &[Option<RecordInfo>; 2],
+        now: u64,
+        events: &[Vec<Event>],
+    ) {
         let before = self.fences.keys().next_back().copied().unwrap_or(0);
         let mut acquired = [0usize; 2];
         let mut released = [0usize; 2];
@@ -260,6 +268,26 @@ impl Checker {
             }
         }
         for key in 0..2 {
+            // A live lease at the start of the round is never taken over (time stands still):
+            // only its own release frees the key; a finished record is never acquired.
+            let held = match start[key].as_ref().map(|i| &i.state) {
+                Some(RecordState::Pending { lease_until }) => *lease_until > now,
+                Some(RecordState::Completed(_) | RecordState::Failed(_)) => {
+                    assert_eq!(
+                        acquired[key], 0,
+                        "round {round}: key {key} acquired over a finished record: {events:?}"
+                    );
+                    true
+                }
+                _ => false,
+            };
+            assert!(
+                acquired[key] <= usize::from(!held) + released[key],
+                "round {round}: key {key} (held at the start: {held}) acquired {} times \
+                 with {} releases: {events:?}",
+                acquired[key],
+                released[key]
+            );
             assert!(
                 acquired[key] <= 1 + released[key],
                 "round {round}: key {key} acquired {} times with {} releases: {events:?}",
@@ -378,6 +406,9 @@ fuzz_target!(|data: &[u8]| {
             rest = rest.get(1 + script.len()..).unwrap_or(&[]);
             scripts.push(script);
         }
+        let now = store.now();
+        let before: [Option<RecordInfo>; 2] =
+            [0, 1].map(|k| store.get(TENANT, KEYS[k]).expect("get"));
         let start = Barrier::new(threads);
         let events: Vec<Vec<Event>> = std::thread::scope(|s| {
             let handles: Vec<_> = workers
@@ -397,7 +428,7 @@ fuzz_target!(|data: &[u8]| {
                 .map(|h| h.join().expect("worker panicked"))
                 .collect()
         });
-        checker.round(round, &events);
+        checker.round(round, &before, now, &events);
         checker.store(&store, store.now(), &format!("after round {round}"));
         clock.advance(Duration::from_secs(u64::from(header % 16)));
         match header >> 4 {
