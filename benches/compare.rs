@@ -1,5 +1,5 @@
-//! Peer comparison: idemdb against bare RocksDB, an in-process `HashMap`, Redis and PostgreSQL on
-//! the same workload, printed as one Markdown table.
+//! Peer comparison: idemdb against bare RocksDB, an in-process `HashMap`, SQLite (WAL), Redis and
+//! PostgreSQL on the same workload, printed as one Markdown table.
 //!
 //! ```text
 //! cargo bench --bench compare -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
@@ -12,7 +12,8 @@
 //!
 //! Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres` or
 //! `root`, trust auth) are spoken to with the tiny wire clients below (std only: no dependency is
-//! added for this harness); a server that is not reachable within 1 s is skipped. Nothing global
+//! added for this harness; SQLite is the bundled library through rusqlite, a dev-dependency); a
+//! server that is not reachable within 1 s is skipped. Nothing global
 //! is flushed: Redis keys carry a per-run prefix and expire, the PostgreSQL table is per run and
 //! dropped at the end.
 //!
@@ -613,6 +614,106 @@ fn run_hashmap(rep: &mut Report, s: &Settings, prefix: &str) {
     };
     let name = "HashMap+Mutex (in-process)";
     rep.run(name, prefix, s.keys, &s.threads, &mut setup, &make);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. SQLite in WAL mode: the common single-file embedded choice (rusqlite, bundled SQLite).
+// ---------------------------------------------------------------------------------------------
+
+struct SqlitePeer {
+    conn: rusqlite::Connection,
+}
+
+fn sqlite_err(e: rusqlite::Error) -> String {
+    format!("sqlite: {e}")
+}
+
+impl SqlitePeer {
+    /// A connection to the shared database file in WAL mode. `synchronous=NORMAL` is SQLite's
+    /// recommended WAL setting: commits survive a process crash, not a power loss (like idemdb
+    /// Buffered).
+    fn open(path: &std::path::Path) -> R<SqlitePeer> {
+        let conn = rusqlite::Connection::open(path).map_err(sqlite_err)?;
+        conn.busy_timeout(Duration::from_secs(60))
+            .map_err(sqlite_err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+             CREATE TABLE IF NOT EXISTS idem (
+                 key TEXT PRIMARY KEY, fp BLOB NOT NULL, status INTEGER NOT NULL,
+                 lease_until INTEGER NOT NULL, expires_at INTEGER NOT NULL, resp BLOB
+             ) WITHOUT ROWID;",
+        )
+        .map_err(sqlite_err)?;
+        Ok(SqlitePeer { conn })
+    }
+}
+
+impl Peer for SqlitePeer {
+    fn claim(&mut self, key: &str) -> R<bool> {
+        let now = now_ms() as i64;
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO idem (key, fp, status, lease_until, expires_at) VALUES (?1, ?2, 0, ?3, ?4)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .map_err(sqlite_err)?;
+        let n = st
+            .execute(rusqlite::params![
+                key,
+                &FP[..],
+                now + LEASE_MS as i64,
+                now + RETENTION_MS as i64
+            ])
+            .map_err(sqlite_err)?;
+        Ok(n == 1)
+    }
+
+    fn complete(&mut self, key: &str, resp: &[u8]) -> R<()> {
+        let mut st = self
+            .conn
+            .prepare_cached("UPDATE idem SET status = 1, resp = ?2 WHERE key = ?1 AND status = 0")
+            .map_err(sqlite_err)?;
+        match st
+            .execute(rusqlite::params![key, resp])
+            .map_err(sqlite_err)?
+        {
+            1 => Ok(()),
+            _ => Err(format!("{key} is not pending")),
+        }
+    }
+
+    fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT resp FROM idem WHERE key = ?1 AND fp = ?2 AND status = 1")
+            .map_err(sqlite_err)?;
+        let mut rows = st
+            .query(rusqlite::params![key, &FP[..]])
+            .map_err(sqlite_err)?;
+        match rows.next().map_err(sqlite_err)? {
+            Some(row) => Ok(Some(row.get(0).map_err(sqlite_err)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn run_sqlite(rep: &mut Report, s: &Settings, prefix: &str) {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => return rep.skip("SQLite", e),
+    };
+    let path = dir.path().join("idem.sqlite");
+    let make = || SqlitePeer::open(&path);
+    let mut setup = || -> R<()> { Ok(()) };
+    rep.run(
+        "SQLite WAL synchronous=NORMAL",
+        prefix,
+        s.keys,
+        &s.threads,
+        &mut setup,
+        &make,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1320,6 +1421,7 @@ fn print_report(rep: &mut Report, s: &Settings) {
                 "bare RocksDB buffered",
                 "Redis (RESP, no pipelining)",
                 "PostgreSQL synchronous_commit=off",
+                "SQLite WAL synchronous=NORMAL",
                 "HashMap+Mutex (in-process)",
             ] {
                 match find(peer) {
@@ -1387,10 +1489,12 @@ fn main() {
     rep.order = 5;
     run_hashmap(&mut rep, &s, &prefix);
     rep.order = 6;
-    run_redis(&mut rep, &s, &prefix);
+    run_sqlite(&mut rep, &s, &prefix);
     rep.order = 7;
-    run_postgres(&mut rep, &s, &prefix, false);
+    run_redis(&mut rep, &s, &prefix);
     rep.order = 8;
+    run_postgres(&mut rep, &s, &prefix, false);
+    rep.order = 9;
     run_postgres(&mut rep, &s, &prefix, true);
     rep.notes.push(format!(
         "total run time {:.1} s",

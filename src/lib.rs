@@ -44,6 +44,8 @@ mod config;
 mod consumer;
 mod engine;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod keys;
 mod metrics;
 mod offsets;

@@ -1,0 +1,279 @@
+//! The HTTP idempotency layer for tower and axum (feature `http`), after the IETF draft "The
+//! Idempotency-Key HTTP Header Field" and payment APIs such as Stripe's. Invariant: for one
+//! principal and one key, the wrapped handler runs at most once per stored outcome; every other
+//! request with that key gets the stored response, a 409 while it runs, or a 422 if its fingerprint
+//! differs, and a request never reads or blocks another principal's key.
+//!
+//! ```no_run
+//! use axum::{routing::post, Router};
+//! use idemdb::http::IdempotencyLayer;
+//!
+//! # async fn serve(store: idemdb::Store) {
+//! let app: Router = Router::new()
+//!     .route("/payments", post(|| async { (axum::http::StatusCode::CREATED, "charged") }))
+//!     .layer(
+//!         IdempotencyLayer::new(store)
+//!             .require_key(true)
+//!             .principal(|req| {
+//!                 req.headers.get("authorization")?.to_str().ok().map(str::to_owned)
+//!             }),
+//!     );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! axum::serve(listener, app).await.unwrap();
+//! # }
+//! ```
+
+mod body;
+mod key;
+mod problem;
+mod service;
+mod stored;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{header, HeaderName, Method, StatusCode};
+
+use crate::store::Store;
+
+pub use body::{BoxError, HttpBody};
+pub use service::Idempotency;
+
+type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
+
+/// What a request gets while another request with the same key is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WhileRunning {
+    /// `409 Conflict` with `Retry-After` (the default, as the IETF draft and Stripe do).
+    Reject,
+    /// Wait up to this long for the first request to finish and replay its response; 409 after.
+    Wait(Duration),
+}
+
+/// A `tower::Layer` that makes the wrapped service idempotent under the `Idempotency-Key` header.
+/// Build it with [`IdempotencyLayer::new`] and the setters below; each documents its default.
+///
+/// Requests must carry a body type that can be rebuilt from bytes (`From<Bytes>`, as axum's
+/// `Body` and `Full<Bytes>` are): the layer reads the body to fingerprint it. Responses are
+/// returned with the boxed [`HttpBody`]. The service must run inside a tokio runtime: the handler
+/// runs in a task of its own, so that a client that disconnects never leaves its key in progress.
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    pub(crate) opts: Arc<Options>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Options {
+    pub(crate) store: Store,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) require_key: bool,
+    pub(crate) max_key_len: usize,
+    pub(crate) principal: Arc<PrincipalFn>,
+    pub(crate) fingerprint_headers: Vec<HeaderName>,
+    pub(crate) replay_headers: Vec<HeaderName>,
+    pub(crate) while_running: WhileRunning,
+    pub(crate) store_status: Arc<StatusFn>,
+    pub(crate) max_request_bytes: usize,
+    pub(crate) lease: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) stats: Arc<Counters>,
+}
+
+impl IdempotencyLayer {
+    /// A layer over `store` with every default (see each setter).
+    pub fn new(store: Store) -> Self {
+        let lease = store.config().lease;
+        let retention = store.config().retention;
+        let max_key_len = store.config().max_key_len;
+        IdempotencyLayer {
+            opts: Arc::new(Options {
+                store,
+                methods: vec![Method::POST, Method::PATCH],
+                require_key: false,
+                max_key_len,
+                principal: Arc::new(|_| Some("anonymous".to_owned())),
+                fingerprint_headers: vec![header::CONTENT_TYPE],
+                replay_headers: vec![
+                    header::CONTENT_TYPE,
+                    header::LOCATION,
+                    header::ETAG,
+                    header::CONTENT_LOCATION,
+                    header::LAST_MODIFIED,
+                ],
+                while_running: WhileRunning::Reject,
+                store_status: Arc::new(|s: StatusCode| s.as_u16() < 500),
+                max_request_bytes: 1 << 20,
+                lease,
+                retention,
+                stats: Arc::new(Counters::default()),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Options)) -> Self {
+        f(Arc::make_mut(&mut self.opts));
+        self
+    }
+
+    /// The methods the layer applies to; others pass through untouched. Default: POST and PATCH.
+    #[must_use]
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.with(|o| o.methods = methods)
+    }
+
+    /// Whether a request without `Idempotency-Key` is refused with 400. Default: `false` (such a
+    /// request passes through, without protection).
+    #[must_use]
+    pub fn require_key(self, required: bool) -> Self {
+        self.with(|o| o.require_key = required)
+    }
+
+    /// The longest key accepted, in bytes. Default and ceiling: the store's `max_key_len` (255).
+    #[must_use]
+    pub fn max_key_len(self, n: usize) -> Self {
+        self.with(|o| o.max_key_len = n.min(o.store.config().max_key_len))
+    }
+
+    /// Who is asking: every key is scoped by the principal (account, tenant, API key id) this
+    /// function returns, so one principal can never replay, block or probe another's response.
+    /// `None` (or an empty string) refuses the request with 401. Principals longer than the
+    /// store's tenant limit are replaced by their SHA-256 ([`crate::derive_key`]).
+    /// Default: one shared principal, `"anonymous"`: set this in any service with more than one
+    /// caller.
+    #[must_use]
+    pub fn principal(self, f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.with(|o| o.principal = Arc::new(f))
+    }
+
+    /// The request headers that are part of the fingerprint, besides the method, path, query and
+    /// body. Default: `Content-Type`.
+    #[must_use]
+    pub fn fingerprint_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names = names.into_iter().collect();
+        self.with(|o| o.fingerprint_headers = names)
+    }
+
+    /// The response headers stored and replayed. `Set-Cookie` is never stored, even if listed.
+    /// Default: `Content-Type`, `Location`, `ETag`, `Content-Location`, `Last-Modified`.
+    #[must_use]
+    pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names = names
+            .into_iter()
+            .filter(|n| *n != header::SET_COOKIE)
+            .collect();
+        self.with(|o| o.replay_headers = names)
+    }
+
+    /// What a duplicate gets while the first request runs. Default: [`WhileRunning::Reject`].
+    #[must_use]
+    pub fn while_running(self, w: WhileRunning) -> Self {
+        self.with(|o| o.while_running = w)
+    }
+
+    /// Which response statuses are stored and replayed; any other releases the key so that a
+    /// retry runs the handler again. Default: every status below 500 (2xx, 3xx and 4xx are stored,
+    /// 5xx releases), as most payment APIs do.
+    #[must_use]
+    pub fn store_status(self, f: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+        self.with(|o| o.store_status = Arc::new(f))
+    }
+
+    /// The largest request body read for the fingerprint; a larger one gets 413. Default: 1 MiB.
+    #[must_use]
+    pub fn max_request_bytes(self, n: usize) -> Self {
+        self.with(|o| o.max_request_bytes = n)
+    }
+
+    /// The handler's lease, renewed every third of it while the handler runs. Default: the
+    /// store's lease (30 s).
+    #[must_use]
+    pub fn lease(self, d: Duration) -> Self {
+        self.with(|o| o.lease = d)
+    }
+
+    /// How long a stored response is replayed. Default: the store's retention (24 h).
+    #[must_use]
+    pub fn retention(self, d: Duration) -> Self {
+        self.with(|o| o.retention = d)
+    }
+
+    /// What the layer has done so far (shared by every service this layer built).
+    pub fn stats(&self) -> HttpStats {
+        self.opts.stats.snapshot()
+    }
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency::new(inner, self.opts.clone())
+    }
+}
+
+/// What the layer did, counted since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HttpStats {
+    /// Requests passed through untouched (another method, or no key where none is required).
+    pub passed_through: u64,
+    /// Requests whose handler ran and whose response was stored.
+    pub executed: u64,
+    /// Requests answered from a stored response.
+    pub replayed: u64,
+    /// Duplicates refused with 409 while the first ran.
+    pub in_progress: u64,
+    /// Keys reused with a different request (422).
+    pub mismatched: u64,
+    /// Requests refused for their key, principal or body (400, 401, 413).
+    pub refused: u64,
+    /// Handlers whose status released the key (5xx by default), or that failed or panicked.
+    pub released: u64,
+    /// Responses larger than the store's limit: served, not stored, key released.
+    pub oversized: u64,
+    /// Handlers whose lease was lost before their response could be stored.
+    pub lease_lost: u64,
+    /// Store errors (answered 503 or 500; the handler never ran for a failed claim).
+    pub store_errors: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) passed_through: AtomicU64,
+    pub(crate) executed: AtomicU64,
+    pub(crate) replayed: AtomicU64,
+    pub(crate) in_progress: AtomicU64,
+    pub(crate) mismatched: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) oversized: AtomicU64,
+    pub(crate) lease_lost: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HttpStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        HttpStats {
+            passed_through: g(&self.passed_through),
+            executed: g(&self.executed),
+            replayed: g(&self.replayed),
+            in_progress: g(&self.in_progress),
+            mismatched: g(&self.mismatched),
+            refused: g(&self.refused),
+            released: g(&self.released),
+            oversized: g(&self.oversized),
+            lease_lost: g(&self.lease_lost),
+            store_errors: g(&self.store_errors),
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! The service the layer wraps around a handler. Invariant: once a request holds a key's lease,
+//! the handler and the recording of its outcome run in a task of their own, which always ends by
+//! storing the response or releasing the key, whether or not the client is still connected;
+//! store calls that may sync the disk run on tokio's blocking pool, never on a runtime worker.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response as HttpResponse, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::oneshot;
+
+use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
+use super::key::{fingerprint_request, parse_key};
+use super::problem::problem;
+use super::stored::{meta_of, meta_size, replay_response};
+use super::{Counters, Options, WhileRunning};
+use crate::config::Durability;
+use crate::error::{Error, Result};
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Response};
+use crate::store::Store;
+
+/// The idempotent service built by [`super::IdempotencyLayer`].
+#[derive(Clone)]
+pub struct Idempotency<S> {
+    inner: S,
+    opts: Arc<Options>,
+}
+
+impl<S> Idempotency<S> {
+    pub(crate) fn new(inner: S, opts: Arc<Options>) -> Self {
+        Idempotency { inner, opts }
+    }
+}
+
+type Reply<E> = std::result::Result<HttpResponse<HttpBody>, E>;
+
+impl<S, B, RB> tower_service::Service<Request<B>> for Idempotency<S>
+where
+    S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Response = HttpResponse<HttpBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Reply<S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The clone takes the place of the service that was polled ready; the ready one serves
+        // this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(handle(self.opts.clone(), inner, req))
+    }
+}
+
+async fn handle<S, B, RB>(opts: Arc<Options>, mut inner: S, req: Request<B>) -> Reply<S::Error>
+where
+    S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let stats = &opts.stats;
+    let pass = !opts.methods.contains(req.method());
+    let key = match parse_key(req.headers(), opts.max_key_len) {
+        _ if pass => None,
+        Ok(k) => k,
+        Err(e) => {
+            return Ok(refuse(
+                stats,
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-invalid",
+                &e.detail(),
+            ))
+        }
+    };
+    let Some(key) = key else {
+        if !pass && opts.require_key {
+            let detail = "this endpoint requires an Idempotency-Key header";
+            return Ok(refuse(
+                stats,
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-missing",
+                detail,
+            ));
+        }
+        Counters::bump(&stats.passed_through);
+        return inner.call(req).await.map(|r| r.map(boxed));
+    };
+
+    let (parts, body) = req.into_parts();
+    let tenant = match (opts.principal)(&parts) {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            let detail = "an Idempotency-Key is scoped by the caller, and this request has none";
+            return Ok(refuse(
+                stats,
+                StatusCode::UNAUTHORIZED,
+                "principal-missing",
+                detail,
+            ));
+        }
+    };
+    let tenant = if tenant.len() > opts.store.config().max_tenant_len {
+        crate::keys::derive_key(&[tenant.as_bytes()])
+    } else {
+        tenant
+    };
+    let body = match Limited::new(body, opts.max_request_bytes).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            let detail = format!(
+                "the request body is larger than {} bytes, the most this endpoint reads",
+                opts.max_request_bytes
+            );
+            return Ok(refuse(
+                stats,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request-too-large",
+                &detail,
+            ));
+        }
+        Err(_) => {
+            let detail = "the request body could not be read to its end";
+            return Ok(refuse(
+                stats,
+                StatusCode::BAD_REQUEST,
+                "request-body-unreadable",
+                detail,
+            ));
+        }
+    };
+    let fp = fingerprint_request(&parts, &opts.fingerprint_headers, &body);
+
+    let claim_opts = ClaimOptions::default()
+        .lease(opts.lease)
+        .retention(opts.retention);
+    let deadline = match opts.while_running {
+        WhileRunning::Reject => Instant::now(),
+        WhileRunning::Wait(d) => Instant::now() + d,
+    };
+    let tenant: Arc<str> = tenant.into();
+    let key: Arc<str> = key.into();
+    let fp: Arc<[u8]> = fp.into();
+    let lease = loop {
+        let (t, k, f, o) = (tenant.clone(), key.clone(), fp.clone(), claim_opts);
+        let claim = blocking(&opts.store, move |s| s.claim(&*t, &*k, &*f, o)).await;
+        match claim {
+            Err(e) => return Ok(store_error(stats, &e)),
+            Ok(Claim::Acquired(lease)) => break lease,
+            Ok(Claim::Completed(r) | Claim::Failed(r)) => {
+                Counters::bump(&stats.replayed);
+                return Ok(replay_response(r));
+            }
+            Ok(Claim::Mismatch) => {
+                Counters::bump(&stats.mismatched);
+                let detail = "this Idempotency-Key was already used with a different request \
+                              (method, path, query, body or fingerprinted headers)";
+                return Ok(problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency-key-reused",
+                    detail,
+                ));
+            }
+            Ok(Claim::InProgress { retry_after }) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    Counters::bump(&stats.in_progress);
+                    return Ok(in_progress(retry_after));
+                }
+                let pause = retry_after
+                    .min(deadline - now)
+                    .clamp(Duration::from_millis(1), Duration::from_millis(20));
+                tokio::time::sleep(pause).await;
+            }
+        }
+    };
+
+    // From here on the outcome must be recorded even if this future is dropped (the client went
+    // away), so the rest runs in its own task and hands the response back through a channel.
+    let req = Request::from_parts(parts, B::from(body));
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let reply = run_leased(opts, inner, req, lease).await;
+        let _ = tx.send(reply);
+    });
+    match rx.await {
+        Ok(reply) => reply,
+        Err(_) => Ok(problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "handler-aborted",
+            "the handler's task ended without a response; the key was released",
+        )),
+    }
+}
+
+/// What the handler's own task produced.
+enum Ran<E> {
+    Error(E),
+    Whole(http::response::Parts, Bytes),
+    TooLarge(http::response::Parts, HttpBody),
+    BodyFailed,
+}
+
+/// Runs the handler under `lease`, renewing it every third of its length, then stores the
+/// response or releases the key, and returns what the client gets.
+async fn run_leased<S, B, RB>(
+    opts: Arc<Options>,
+    mut inner: S,
+    req: Request<B>,
+    mut lease: Lease,
+) -> Reply<S::Error>
+where
+    S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let stats = &opts.stats;
+    let allowed = opts.replay_headers.clone();
+    let max = opts.store.config().max_response_bytes;
+    let call = inner.call(req);
+    let mut handler = tokio::spawn(async move {
+        let resp = match call.await {
+            Ok(r) => r,
+            Err(e) => return Ran::Error(e),
+        };
+        let (parts, body) = resp.into_parts();
+        let limit = max.saturating_sub(meta_size(&meta_of(&parts, &allowed)));
+        match read_limited(body, limit).await {
+            Read::Whole(b) => Ran::Whole(parts, b),
+            Read::TooLarge(b) => Ran::TooLarge(parts, b),
+            Read::Failed => Ran::BodyFailed,
+        }
+    });
+
+    let every = (opts.lease / 3).max(Duration::from_millis(10));
+    let mut renewing = true;
+    let ran = loop {
+        tokio::select! {
+            r = &mut handler => break r,
+            _ = tokio::time::sleep(every), if renewing => {
+                let (d, l) = (opts.lease, lease.clone());
+                let renewed = blocking(&opts.store, move |s| {
+                    let mut l = l;
+                    s.renew(&mut l, d).map(|r| r.map(|()| l))
+                })
+                .await;
+                match renewed {
+                    Ok(Ok(l)) => lease = l,
+                    // The key is no longer ours; the handler finishes but its result will not be
+                    // stored (complete reports the loss).
+                    Ok(Err(_)) => renewing = false,
+                    Err(_) => Counters::bump(&stats.store_errors),
+                }
+            }
+        }
+    };
+
+    match ran {
+        Ok(Ran::Whole(parts, bytes)) => {
+            if (opts.store_status)(parts.status) {
+                let response = Response {
+                    body: bytes.to_vec(),
+                    meta: meta_of(&parts, &opts.replay_headers),
+                };
+                let l = lease;
+                match blocking(&opts.store, move |s| s.complete(&l, response)).await {
+                    Ok(Ok(())) => Counters::bump(&stats.executed),
+                    Ok(Err(lost)) => note_lost(stats, &lost),
+                    Err(_) => Counters::bump(&stats.store_errors),
+                }
+            } else {
+                release(&opts, lease, &stats.released).await;
+            }
+            Ok(HttpResponse::from_parts(parts, full(bytes)))
+        }
+        Ok(Ran::TooLarge(parts, body)) => {
+            release(&opts, lease, &stats.oversized).await;
+            Ok(HttpResponse::from_parts(parts, body))
+        }
+        Ok(Ran::Error(e)) => {
+            release(&opts, lease, &stats.released).await;
+            Err(e)
+        }
+        Ok(Ran::BodyFailed) => {
+            release(&opts, lease, &stats.released).await;
+            Ok(problem(
+                StatusCode::BAD_GATEWAY,
+                "handler-body-failed",
+                "the handler's response body failed before its end; the key was released",
+            ))
+        }
+        Err(_panic_or_cancel) => {
+            release(&opts, lease, &stats.released).await;
+            Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler-panicked",
+                "the handler panicked; the key was released and the request may be retried",
+            ))
+        }
+    }
+}
+
+/// Releases the key for a retry and counts why.
+async fn release(opts: &Options, lease: Lease, why: &std::sync::atomic::AtomicU64) {
+    match blocking(&opts.store, move |s| s.fail(&lease, FailKind::Retryable)).await {
+        Ok(Ok(())) => Counters::bump(why),
+        Ok(Err(lost)) => note_lost(&opts.stats, &lost),
+        Err(_) => Counters::bump(&opts.stats.store_errors),
+    }
+}
+
+fn note_lost(stats: &Counters, _lost: &LeaseLost) {
+    Counters::bump(&stats.lease_lost);
+}
+
+/// Runs a store call: inline when the store never syncs (microseconds, no disk wait), on tokio's
+/// blocking pool when it does, so that a WAL sync never stalls a runtime worker.
+async fn blocking<T, F>(store: &Store, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Store) -> Result<T> + Send + 'static,
+{
+    if store.config().durability == Durability::Buffered {
+        return f(store);
+    }
+    let s = store.clone();
+    match tokio::task::spawn_blocking(move || f(&s)).await {
+        Ok(r) => r,
+        Err(e) => Err(Error::Engine(format!("store call did not finish: {e}"))),
+    }
+}
+
+fn refuse(
+    stats: &Counters,
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+) -> HttpResponse<HttpBody> {
+    Counters::bump(&stats.refused);
+    problem(status, code, detail)
+}
+
+fn in_progress(retry_after: Duration) -> HttpResponse<HttpBody> {
+    let mut resp = problem(
+        StatusCode::CONFLICT,
+        "idempotency-key-in-progress",
+        "a request with this Idempotency-Key is still being processed; retry after the \
+         Retry-After delay to get its response",
+    );
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    resp
+}
+
+fn store_error(stats: &Counters, e: &Error) -> HttpResponse<HttpBody> {
+    Counters::bump(&stats.store_errors);
+    match e {
+        Error::Busy(_) | Error::Contention { .. } => {
+            let mut resp = problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "idempotency-store-busy",
+                "the idempotency store is busy; retry shortly",
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
+        Error::InvalidInput(_) => problem(
+            StatusCode::BAD_REQUEST,
+            "idempotency-key-invalid",
+            &format!("the idempotency store refused the key: {e}"),
+        ),
+        _ => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "idempotency-store-failed",
+            "the idempotency store failed; the request was not processed",
+        ),
+    }
+}
