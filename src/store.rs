@@ -579,6 +579,51 @@ impl Store {
         self.inner.locks[i].lock()
     }
 
+    /// What a claim would answer when the record is final (completed or failed, replayed) or
+    /// bound to another fingerprint (mismatch), read without the stripe lock and without writing:
+    /// such an answer cannot change until the record expires or is forgotten, so it is the one a
+    /// locked claim would give at this instant. `None` when only a claim can decide (absent,
+    /// pending, released, expired, or arguments a claim would reject).
+    pub(crate) fn peek_final(
+        &self,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+    ) -> Result<Option<Claim>> {
+        if self.check_names(tenant, key).is_err() || fingerprint.len() > MAX_FINGERPRINT_LEN {
+            return Ok(None);
+        }
+        let now = self.now();
+        let Some(rec) = self.load(&codec::record_key(tenant, key))? else {
+            return Ok(None);
+        };
+        let m = &self.inner.metrics;
+        if rec.expires_at <= now {
+            return Ok(None);
+        }
+        if rec.fingerprint != fingerprint {
+            Metrics::bump(&m.mismatch);
+            return Ok(Some(Claim::Mismatch));
+        }
+        Ok(match rec.state {
+            State::Completed { response, at } => {
+                Metrics::bump(&m.replayed);
+                Some(Claim::Completed(Replay {
+                    response,
+                    finished_at: at,
+                }))
+            }
+            State::Failed { response, at } => {
+                Metrics::bump(&m.replayed);
+                Some(Claim::Failed(Replay {
+                    response,
+                    finished_at: at,
+                }))
+            }
+            State::Pending { .. } | State::Released => None,
+        })
+    }
+
     pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
         self.inner.engine.get_with(Cf::Records, rkey, |v| {
             v.map(codec::decode_record).transpose()

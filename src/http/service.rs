@@ -1,9 +1,11 @@
 //! The service the layer wraps around a handler. Invariant: once a request holds a key's lease,
-//! the handler and the recording of its outcome run in a task of their own, which always ends by
-//! storing the response or releasing the key, whether or not the client is still connected;
+//! the handler and the recording of its outcome always end by storing the response or releasing
+//! the key, whether or not the client is still connected (a dropped request hands its unfinished
+//! work to the runtime) and whether or not the handler panics;
 //! store calls that may sync the disk run on tokio's blocking pool, never on a runtime worker.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +15,6 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response as HttpResponse, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use tokio::sync::oneshot;
 
 use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
 use super::key::{fingerprint_request, parse_key};
@@ -162,8 +163,21 @@ where
     let key: Arc<str> = key.into();
     let fp: Arc<[u8]> = fp.into();
     let lease = loop {
-        let (t, k, f, o) = (tenant.clone(), key.clone(), fp.clone(), claim_opts);
-        let claim = blocking(&opts.store, move |s| s.claim(&*t, &*k, &*f, o)).await;
+        // A replay or mismatch needs no write, so it is read inline even on a synced store; only
+        // a claim that may write (and sync) goes to the blocking pool.
+        let peeked = match opts.store.config().durability {
+            Durability::Synced => opts
+                .store
+                .peek_final(tenant.as_bytes(), key.as_bytes(), &fp),
+            _ => Ok(None),
+        };
+        let claim = match peeked {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) | Err(_) => {
+                let (t, k, f, o) = (tenant.clone(), key.clone(), fp.clone(), claim_opts);
+                blocking(&opts.store, move |s| s.claim(&*t, &*k, &*f, o)).await
+            }
+        };
         match claim {
             Err(e) => return Ok(store_error(stats, &e)),
             Ok(Claim::Acquired(lease)) => break lease,
@@ -196,20 +210,66 @@ where
     };
 
     // From here on the outcome must be recorded even if this future is dropped (the client went
-    // away), so the rest runs in its own task and hands the response back through a channel.
+    // away): if it is, `Detached` hands the rest to the runtime to finish.
     let req = Request::from_parts(parts, B::from(body));
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let reply = run_leased(opts, inner, req, lease).await;
-        let _ = tx.send(reply);
-    });
-    match rx.await {
-        Ok(reply) => reply,
-        Err(_) => Ok(problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "handler-aborted",
-            "the handler's task ended without a response; the key was released",
-        )),
+    Detached::new(run_leased(opts, inner, req, lease)).await
+}
+
+/// A future that is finished even if its owner drops it: an unfinished future is spawned on the
+/// current tokio runtime when the wrapper is dropped. While the owner polls it, it runs in the
+/// owner's task (no spawn, no channel on the common path).
+struct Detached<T: Send + 'static> {
+    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
+        Detached {
+            fut: Some(Box::pin(fut)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let Some(fut) = this.fut.as_mut() else {
+            return Poll::Pending; // polled after completion: never ready again
+        };
+        let out = fut.as_mut().poll(cx);
+        if out.is_ready() {
+            this.fut = None;
+        }
+        out
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                let _ = fut.await;
+            });
+        }
+    }
+}
+
+/// The handler's future, with a panic turned into `None` (the panic hook has already reported
+/// it). Never polled again after it is ready.
+struct CatchPanic<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        let this = self.get_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| this.0.as_mut().poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Some(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_panic) => Poll::Ready(None),
+        }
     }
 }
 
@@ -239,9 +299,8 @@ where
     let stats = &opts.stats;
     let allowed = opts.replay_headers.clone();
     let max = opts.store.config().max_response_bytes;
-    let call = inner.call(req);
-    let mut handler = tokio::spawn(async move {
-        let resp = match call.await {
+    let mut handler = CatchPanic(Box::pin(async move {
+        let resp = match inner.call(req).await {
             Ok(r) => r,
             Err(e) => return Ran::Error(e),
         };
@@ -252,7 +311,7 @@ where
             Read::TooLarge(b) => Ran::TooLarge(parts, b),
             Read::Failed => Ran::BodyFailed,
         }
-    });
+    }));
 
     let every = (opts.lease / 3).max(Duration::from_millis(10));
     let mut renewing = true;
@@ -278,7 +337,7 @@ where
     };
 
     match ran {
-        Ok(Ran::Whole(parts, bytes)) => {
+        Some(Ran::Whole(parts, bytes)) => {
             if (opts.store_status)(parts.status) {
                 let response = Response {
                     body: bytes.to_vec(),
@@ -295,15 +354,15 @@ where
             }
             Ok(HttpResponse::from_parts(parts, full(bytes)))
         }
-        Ok(Ran::TooLarge(parts, body)) => {
+        Some(Ran::TooLarge(parts, body)) => {
             release(&opts, lease, &stats.oversized).await;
             Ok(HttpResponse::from_parts(parts, body))
         }
-        Ok(Ran::Error(e)) => {
+        Some(Ran::Error(e)) => {
             release(&opts, lease, &stats.released).await;
             Err(e)
         }
-        Ok(Ran::BodyFailed) => {
+        Some(Ran::BodyFailed) => {
             release(&opts, lease, &stats.released).await;
             Ok(problem(
                 StatusCode::BAD_GATEWAY,
@@ -311,7 +370,7 @@ where
                 "the handler's response body failed before its end; the key was released",
             ))
         }
-        Err(_panic_or_cancel) => {
+        None => {
             release(&opts, lease, &stats.released).await;
             Ok(problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
