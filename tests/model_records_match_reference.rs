@@ -4,7 +4,8 @@
 //! compared, and after every step the observable state of every key (`get`) must equal the model's,
 //! whether or not compaction, sweeps or reopen ran in between. Versioned entities (conditional
 //! puts and deletes with tombstones), atomic commits, consumer deliveries (with poison) and unique
-//! reservations (plain and bound to leases) run in the same sequences against the same model.
+//! reservations (plain and bound to leases) and offset watermarks (out-of-order marks, watermark
+//! commits) run in the same sequences against the same model.
 //!
 //! The model and the runner live in `tests/model/mod.rs`, shared with the `model` fuzz target
 //! (`fuzz/fuzz_targets/model.rs`), which decodes its sequences from fuzzer bytes instead.
@@ -39,6 +40,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..2u8, 0..2u8).prop_map(|(v, o)| Op::Release { v, o }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
+        2 => (0..2u32, 0..12u64).prop_map(|(p, offset)| Op::MarkProcessed { p, offset }),
+        1 => (0..2u32, 0..12u64).prop_map(|(p, offset)| Op::CommitWatermark { p, offset }),
     ]
 }
 
@@ -108,6 +111,8 @@ fn store_matches_model() {
         "reserve: taken",
         "reserve for lease: reserved",
         "reserve for lease: taken",
+        "mark processed",
+        "commit watermark",
         "release: released",
         "release: not owner",
         "release: absent",

@@ -4,14 +4,14 @@
 //! this file by path). Keep it small and obviously right.
 //!
 //! The key space is deliberately tiny (2 tenants × 3 keys × 2 fingerprints, 2 entities per
-//! tenant-key pair, 2 consumer groups × 2 message ids, 2 reservation values) so that conflicts,
-//! takeovers, mismatches and expiries happen all the time. Every outcome is compared with the
+//! tenant-key pair, 2 consumer groups × 2 message ids, 2 reservation values, 2 offset partitions of
+//! offsets 0-11) so that conflicts, takeovers, mismatches and expiries happen all the time. Every outcome is compared with the
 //! model, and after every step the observable state of every key must equal the model's, whether
 //! or not compaction, sweeps or reopen ran in between. Independently of the model, [`Watch`]
 //! asserts the claim/CAS invariants over what the store reports.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use idemdb::{
@@ -28,6 +28,9 @@ pub const MAX_LEASE_S: u64 = 100;
 const CONSUMER: usize = 10;
 const GROUPS: [&str; 2] = ["a", "g2"];
 const MSG_MAX_ATTEMPTS: u32 = 2;
+/// Offset watermarks of the model live in this group and topic, partitions 0 and 1.
+const OFFSET_GROUP: &str = "g";
+const OFFSET_TOPIC: &str = "t";
 
 fn consumer_opts() -> ConsumerOptions {
     ConsumerOptions {
@@ -124,11 +127,21 @@ pub enum Op {
         k: usize,
         expect: u8,
     },
+    /// Offset `offset` of partition `p` (group "g", topic "t") processed out of order.
+    MarkProcessed {
+        p: u32,
+        offset: u64,
+    },
+    /// Every offset of partition `p` up to `offset` processed.
+    CommitWatermark {
+        p: u32,
+        offset: u64,
+    },
 }
 
 impl Op {
     /// Decodes fuzzer bytes into at most `max_ops` operations. One byte selects the operation
-    /// (weighted like the proptest strategy: 38 slots), the following bytes its parameters,
+    /// (weighted like the proptest strategy: 41 slots), the following bytes its parameters,
     /// reduced modulo the tiny key space; a missing parameter byte reads as zero. Every byte
     /// string decodes, so the fuzzer never wastes an input.
     pub fn decode_all(data: &[u8], max_ops: usize) -> Vec<Op> {
@@ -137,7 +150,7 @@ impl Op {
         while ops.len() < max_ops {
             let Some(sel) = it.next() else { break };
             let mut p = || it.next().unwrap_or(0);
-            let op = match sel % 38 {
+            let op = match sel % 41 {
                 0..=5 => {
                     let (t, k, fp) = (
                         usize::from(p() % 2),
@@ -228,7 +241,15 @@ impl Op {
                     o: p() % 2,
                 },
                 36 => Op::Compact,
-                _ => Op::Reopen,
+                37 => Op::Reopen,
+                38..=39 => Op::MarkProcessed {
+                    p: u32::from(p() % 2),
+                    offset: u64::from(p() % 12),
+                },
+                _ => Op::CommitWatermark {
+                    p: u32::from(p() % 2),
+                    offset: u64::from(p() % 12),
+                },
             };
             ops.push(op);
         }
@@ -271,6 +292,9 @@ struct Model {
     res: BTreeMap<u8, ReservationState>,
     /// Versioned entities: (version, value or tombstone).
     ents: BTreeMap<(usize, usize), EntityState>,
+    /// Processed offsets of partitions 0 and 1 (group "g", topic "t"): a plain set, the obvious
+    /// meaning of "processed", against the store's compacted window.
+    offsets: [BTreeSet<u64>; 2],
 }
 
 impl Model {
@@ -629,6 +653,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
         recs: BTreeMap::new(),
         ents: BTreeMap::new(),
         res: BTreeMap::new(),
+        offsets: [BTreeSet::new(), BTreeSet::new()],
     };
     let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
     let mut watch = Watch::default();
@@ -767,6 +792,20 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                 drop(store);
                 store = open(dir.path(), &clock);
                 count("reopen", "");
+            }
+            Op::MarkProcessed { p, offset } => {
+                store
+                    .mark_processed(OFFSET_GROUP, OFFSET_TOPIC, p, offset)
+                    .unwrap();
+                model.offsets[p as usize].insert(offset);
+                count("mark processed", "");
+            }
+            Op::CommitWatermark { p, offset } => {
+                store
+                    .commit_watermark(OFFSET_GROUP, OFFSET_TOPIC, p, offset)
+                    .unwrap();
+                model.offsets[p as usize].extend(0..=offset);
+                count("commit watermark", "");
             }
             Op::EntityPut { t, k, expect, val } => {
                 let (live, e) = model.entity_expect((t, k), expect);
@@ -994,6 +1033,28 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
         }
         // After every step the observable state equals the model's.
         model.now = store.now();
+        for (p, set) in model.offsets.iter().enumerate() {
+            let w = store
+                .offset_window(OFFSET_GROUP, OFFSET_TOPIC, p as u32)
+                .unwrap();
+            let mark = (0..).take_while(|o| set.contains(o)).last();
+            assert_eq!(w.watermark(), mark, "{ctx}: watermark of partition {p}");
+            for o in 0..14 {
+                assert_eq!(
+                    w.contains(o),
+                    set.contains(&o),
+                    "{ctx}: offset {o} of partition {p}"
+                );
+            }
+            let probe = (step % 14) as u64;
+            assert_eq!(
+                store
+                    .is_processed(OFFSET_GROUP, OFFSET_TOPIC, p as u32, probe)
+                    .unwrap(),
+                set.contains(&probe),
+                "{ctx}: is_processed({probe}) of partition {p}"
+            );
+        }
         for (t, tenant) in TENANTS.iter().enumerate() {
             for (k, key) in KEYS.iter().enumerate() {
                 let got = store.get(tenant, key).unwrap();
