@@ -15,19 +15,12 @@ use idemdb::Durability;
 async fn duplicate_while_running_gets_409_with_retry_after() {
     let srv = serve(Durability::Buffered, 1 << 20, |l| l).await;
     let c = client();
-    let first = {
-        let c = c.clone();
-        let addr = srv.addr;
-        tokio::spawn(async move {
-            req(addr, "POST", "/pay")
-                .key("k")
-                .user("alice")
-                .header("x-delay-ms", "400")
-                .body("x")
-                .send(&c)
-                .await
-        })
-    };
+    let first = req(srv.addr, "POST", "/pay")
+        .key("k")
+        .user("alice")
+        .header("x-delay-ms", "400")
+        .body("x")
+        .spawn(&c);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let dup = req(srv.addr, "POST", "/pay")
         .key("k")

@@ -17,18 +17,12 @@ async fn lease_is_renewed_while_the_handler_runs() {
     })
     .await;
     let c = client();
-    let first = {
-        let (c, addr) = (c.clone(), srv.addr);
-        tokio::spawn(async move {
-            req(addr, "POST", "/pay")
-                .key("slow")
-                .user("alice")
-                .header("x-delay-ms", "1500")
-                .body("x")
-                .send(&c)
-                .await
-        })
-    };
+    let first = req(srv.addr, "POST", "/pay")
+        .key("slow")
+        .user("alice")
+        .header("x-delay-ms", "1500")
+        .body("x")
+        .spawn(&c);
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let dup = req(srv.addr, "POST", "/pay")

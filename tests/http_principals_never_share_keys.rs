@@ -15,18 +15,12 @@ async fn principals_never_share_keys() {
     let srv = serve(Durability::Buffered, 1 << 20, |l| l).await;
     let c = client();
     // Alice's request is still running when bob sends the same key.
-    let alice = {
-        let (c, addr) = (c.clone(), srv.addr);
-        tokio::spawn(async move {
-            req(addr, "POST", "/pay")
-                .key("shared")
-                .user("alice")
-                .header("x-delay-ms", "300")
-                .body("alice pays 5")
-                .send(&c)
-                .await
-        })
-    };
+    let alice = req(srv.addr, "POST", "/pay")
+        .key("shared")
+        .user("alice")
+        .header("x-delay-ms", "300")
+        .body("alice pays 5")
+        .spawn(&c);
     tokio::time::sleep(Duration::from_millis(80)).await;
     let bob = req(srv.addr, "POST", "/pay")
         .key("shared")

@@ -211,6 +211,13 @@ impl Req {
         self.body = b.as_bytes().to_vec();
         self
     }
+    /// Sends the request from a task of its own (a client that is still waiting while the test
+    /// goes on).
+    pub fn spawn(self, client: &HttpClient) -> tokio::task::JoinHandle<Got> {
+        let client = client.clone();
+        tokio::spawn(async move { self.send(&client).await })
+    }
+
     pub async fn send(self, client: &HttpClient) -> Got {
         let req = self
             .builder
