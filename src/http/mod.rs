@@ -59,8 +59,11 @@ pub enum WhileRunning {
 ///
 /// Requests must carry a body type that can be rebuilt from bytes (`From<Bytes>`, as axum's
 /// `Body` and `Full<Bytes>` are): the layer reads the body to fingerprint it. Responses are
-/// returned with the boxed [`HttpBody`]. The service must run inside a tokio runtime: the handler
-/// runs in a task of its own, so that a client that disconnects never leaves its key in progress.
+/// returned with the boxed [`HttpBody`]. The service must run inside a tokio runtime: a request
+/// whose client disconnects hands its unfinished handler to the runtime, so that its key is never
+/// left in progress. Response bodies are read before the response is sent (up to the store's
+/// limit, past which they are streamed unstored): do not put the layer in front of an endless
+/// stream such as server-sent events.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     pub(crate) opts: Arc<Options>,
