@@ -186,29 +186,12 @@ impl Store {
                 checkpoint: None,
                 state: State::Pending { lease_until },
             },
-            Some(mut rec) => {
-                if rec.fingerprint != fingerprint {
-                    Metrics::bump(&m.mismatch);
-                    return Ok(Claim::Mismatch);
-                }
-                // Final states are replayed by moving the stored response out (no copy).
+            Some(rec) => {
+                let mut rec = match settled(rec, fingerprint, m) {
+                    Settled::Answer(answer) => return Ok(answer),
+                    Settled::Open(rec) => rec,
+                };
                 match std::mem::replace(&mut rec.state, State::Released) {
-                    State::Completed { response, at } => {
-                        Metrics::bump(&m.replayed);
-                        let replay = Replay {
-                            response,
-                            finished_at: at,
-                        };
-                        return Ok(Claim::Completed(replay));
-                    }
-                    State::Failed { response, at } => {
-                        Metrics::bump(&m.replayed);
-                        let replay = Replay {
-                            response,
-                            finished_at: at,
-                        };
-                        return Ok(Claim::Failed(replay));
-                    }
                     State::Pending { lease_until: held } if held > now => {
                         Metrics::bump(&m.in_progress);
                         return Ok(Claim::InProgress {
@@ -598,30 +581,12 @@ impl Store {
         let Some(rec) = self.load(&codec::record_key(tenant, key))? else {
             return Ok(None);
         };
-        let m = &self.inner.metrics;
         if rec.expires_at <= now {
             return Ok(None);
         }
-        if rec.fingerprint != fingerprint {
-            Metrics::bump(&m.mismatch);
-            return Ok(Some(Claim::Mismatch));
-        }
-        Ok(match rec.state {
-            State::Completed { response, at } => {
-                Metrics::bump(&m.replayed);
-                Some(Claim::Completed(Replay {
-                    response,
-                    finished_at: at,
-                }))
-            }
-            State::Failed { response, at } => {
-                Metrics::bump(&m.replayed);
-                Some(Claim::Failed(Replay {
-                    response,
-                    finished_at: at,
-                }))
-            }
-            State::Pending { .. } | State::Released => None,
+        Ok(match settled(rec, fingerprint, &self.inner.metrics) {
+            Settled::Answer(answer) => Some(answer),
+            Settled::Open(_) => None,
         })
     }
 
@@ -861,4 +826,43 @@ fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
         .and_then(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
         .ok_or_else(|| corrupted("meta/store_id", "missing or not 16 bytes"))?;
     Ok(u128::from_be_bytes(id))
+}
+
+/// What [`settled`] found.
+enum Settled {
+    /// The claim's answer, decided by the stored record alone.
+    Answer(Claim),
+    /// A record only a locked claim can decide on (pending or released).
+    Open(Record),
+}
+
+/// The answer a claim gives without deciding anything: a mismatch when `rec` is bound to another
+/// fingerprint, the stored response (moved out, not copied) when it is completed or failed.
+/// Otherwise the record is handed back for the claim to decide. Shared by the locked claim and
+/// the lock-free peek, so both answer alike.
+fn settled(mut rec: Record, fingerprint: &[u8], m: &Metrics) -> Settled {
+    if rec.fingerprint != fingerprint {
+        Metrics::bump(&m.mismatch);
+        return Settled::Answer(Claim::Mismatch);
+    }
+    match std::mem::replace(&mut rec.state, State::Released) {
+        State::Completed { response, at } => {
+            Metrics::bump(&m.replayed);
+            Settled::Answer(Claim::Completed(Replay {
+                response,
+                finished_at: at,
+            }))
+        }
+        State::Failed { response, at } => {
+            Metrics::bump(&m.replayed);
+            Settled::Answer(Claim::Failed(Replay {
+                response,
+                finished_at: at,
+            }))
+        }
+        state => {
+            rec.state = state;
+            Settled::Open(rec)
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //! work to the runtime) and whether or not the handler panics;
 //! store calls that may sync the disk run on tokio's blocking pool, never on a runtime worker.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -23,7 +24,7 @@ use super::stored::{meta_of, meta_size, replay_response};
 use super::{Counters, Options, WhileRunning};
 use crate::config::Durability;
 use crate::error::{Error, Result};
-use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Response};
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, Response};
 use crate::store::Store;
 
 /// The idempotent service built by [`super::IdempotencyLayer`].
@@ -81,28 +82,23 @@ where
     RB::Error: Into<BoxError>,
 {
     let stats = &opts.stats;
-    let pass = !opts.methods.contains(req.method());
-    let key = match parse_key(req.headers(), opts.max_key_len) {
-        _ if pass => None,
-        Ok(k) => k,
-        Err(e) => {
-            return Ok(refuse(
-                stats,
-                StatusCode::BAD_REQUEST,
-                "idempotency-key-invalid",
-                &e.detail(),
-            ))
+    // Other methods pass untouched: their key is not even parsed.
+    let key = if opts.methods.contains(req.method()) {
+        match parse_key(req.headers(), opts.max_key_len) {
+            Ok(k) => k,
+            Err(e) => {
+                let code = "idempotency-key-invalid";
+                return Ok(refuse(stats, StatusCode::BAD_REQUEST, code, &e.detail()));
+            }
         }
+    } else {
+        None
     };
     let Some(key) = key else {
-        if !pass && opts.require_key {
+        if opts.require_key && opts.methods.contains(req.method()) {
             let detail = "this endpoint requires an Idempotency-Key header";
-            return Ok(refuse(
-                stats,
-                StatusCode::BAD_REQUEST,
-                "idempotency-key-missing",
-                detail,
-            ));
+            let code = "idempotency-key-missing";
+            return Ok(refuse(stats, StatusCode::BAD_REQUEST, code, detail));
         }
         Counters::bump(&stats.passed_through);
         return inner.call(req).await.map(|r| r.map(boxed));
@@ -276,7 +272,8 @@ impl<F: Future> Future for CatchPanic<F> {
 /// What the handler's own task produced.
 enum Ran<E> {
     Error(E),
-    Whole(http::response::Parts, Bytes),
+    /// The whole response, with the metadata it is stored under.
+    Whole(http::response::Parts, BTreeMap<String, String>, Bytes),
     TooLarge(http::response::Parts, HttpBody),
     BodyFailed,
 }
@@ -305,9 +302,9 @@ where
             Err(e) => return Ran::Error(e),
         };
         let (parts, body) = resp.into_parts();
-        let limit = max.saturating_sub(meta_size(&meta_of(&parts, &allowed)));
-        match read_limited(body, limit).await {
-            Read::Whole(b) => Ran::Whole(parts, b),
+        let meta = meta_of(&parts, &allowed);
+        match read_limited(body, max.saturating_sub(meta_size(&meta))).await {
+            Read::Whole(b) => Ran::Whole(parts, meta, b),
             Read::TooLarge(b) => Ran::TooLarge(parts, b),
             Read::Failed => Ran::BodyFailed,
         }
@@ -337,16 +334,16 @@ where
     };
 
     match ran {
-        Some(Ran::Whole(parts, bytes)) => {
+        Some(Ran::Whole(parts, meta, bytes)) => {
             if (opts.store_status)(parts.status) {
                 let response = Response {
                     body: bytes.to_vec(),
-                    meta: meta_of(&parts, &opts.replay_headers),
+                    meta,
                 };
                 let l = lease;
                 match blocking(&opts.store, move |s| s.complete(&l, response)).await {
                     Ok(Ok(())) => Counters::bump(&stats.executed),
-                    Ok(Err(lost)) => note_lost(stats, &lost),
+                    Ok(Err(_)) => Counters::bump(&stats.lease_lost),
                     Err(_) => Counters::bump(&stats.store_errors),
                 }
             } else {
@@ -385,13 +382,9 @@ where
 async fn release(opts: &Options, lease: Lease, why: &std::sync::atomic::AtomicU64) {
     match blocking(&opts.store, move |s| s.fail(&lease, FailKind::Retryable)).await {
         Ok(Ok(())) => Counters::bump(why),
-        Ok(Err(lost)) => note_lost(&opts.stats, &lost),
+        Ok(Err(_)) => Counters::bump(&opts.stats.lease_lost),
         Err(_) => Counters::bump(&opts.stats.store_errors),
     }
-}
-
-fn note_lost(stats: &Counters, _lost: &LeaseLost) {
-    Counters::bump(&stats.lease_lost);
 }
 
 /// Runs a store call: inline when the store never syncs (microseconds, no disk wait), on tokio's
