@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench compare -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
+//!                                 [--only idemdb,bare,hashmap,sqlite,redis,postgres]
 //! ```
 //!
 //! Workload, for N unique keys partitioned across the threads: per key a *claim* (atomic "create
@@ -71,6 +72,9 @@ struct Settings {
     synced_keys: usize,
     threads: Vec<usize>,
     smoke: bool,
+    /// Systems to run (`--only idemdb,bare`): a system runs when its id contains one of these;
+    /// empty means all.
+    only: Vec<String>,
     /// The arguments given after `--`, without the `--bench` that cargo adds.
     user_args: Vec<String>,
 }
@@ -84,6 +88,7 @@ fn parse_args() -> R<Settings> {
             synced_keys: 200,
             threads: vec![1],
             smoke: true,
+            only: Vec::new(),
             user_args: args,
         });
     }
@@ -92,6 +97,7 @@ fn parse_args() -> R<Settings> {
         synced_keys: 2_000,
         threads: vec![1, 4, 16],
         smoke: false,
+        only: Vec::new(),
         user_args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
     };
     let mut it = args.iter();
@@ -121,6 +127,13 @@ fn parse_args() -> R<Settings> {
                     .split(',')
                     .map(|t| count("--threads", t.to_string()))
                     .collect::<R<Vec<_>>>()?;
+            }
+            "--only" => {
+                s.only = value("--only")?
+                    .split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect();
             }
             other => eprintln!("compare: ignoring unknown argument {other:?}"),
         }
@@ -1478,24 +1491,43 @@ fn main() {
     };
     // `rep.order` is each system's place in the table (rows are grouped by thread count).
     let started = Instant::now();
-    rep.order = 1;
-    run_idemdb(&mut rep, &s, Durability::Buffered, &prefix);
-    rep.order = 2;
-    run_idemdb(&mut rep, &s, Durability::Synced, &prefix);
-    rep.order = 3;
-    run_bare_rocksdb(&mut rep, &s, false, &prefix);
-    rep.order = 4;
-    run_bare_rocksdb(&mut rep, &s, true, &prefix);
-    rep.order = 5;
-    run_hashmap(&mut rep, &s, &prefix);
-    rep.order = 6;
-    run_sqlite(&mut rep, &s, &prefix);
-    rep.order = 7;
-    run_redis(&mut rep, &s, &prefix);
-    rep.order = 8;
-    run_postgres(&mut rep, &s, &prefix, false);
-    rep.order = 9;
-    run_postgres(&mut rep, &s, &prefix, true);
+    // Each system's id (for `--only`) and its runner, in table order.
+    type Runner<'a> = Box<dyn FnMut(&mut Report) + 'a>;
+    let systems: Vec<(&str, Runner<'_>)> = vec![
+        (
+            "idemdb-buffered",
+            Box::new(|r| run_idemdb(r, &s, Durability::Buffered, &prefix)),
+        ),
+        (
+            "idemdb-synced",
+            Box::new(|r| run_idemdb(r, &s, Durability::Synced, &prefix)),
+        ),
+        (
+            "bare-buffered",
+            Box::new(|r| run_bare_rocksdb(r, &s, false, &prefix)),
+        ),
+        (
+            "bare-synced",
+            Box::new(|r| run_bare_rocksdb(r, &s, true, &prefix)),
+        ),
+        ("hashmap", Box::new(|r| run_hashmap(r, &s, &prefix))),
+        ("sqlite", Box::new(|r| run_sqlite(r, &s, &prefix))),
+        ("redis", Box::new(|r| run_redis(r, &s, &prefix))),
+        (
+            "postgres-async",
+            Box::new(|r| run_postgres(r, &s, &prefix, false)),
+        ),
+        (
+            "postgres-sync",
+            Box::new(|r| run_postgres(r, &s, &prefix, true)),
+        ),
+    ];
+    for (i, (id, mut run)) in systems.into_iter().enumerate() {
+        if s.only.is_empty() || s.only.iter().any(|o| id.contains(o.as_str())) {
+            rep.order = i + 1;
+            run(&mut rep);
+        }
+    }
     rep.notes.push(format!(
         "total run time {:.1} s",
         started.elapsed().as_secs_f64()

@@ -4,7 +4,7 @@
 
 use crate::clock::Millis;
 use crate::error::{corrupted, Result};
-use crate::record::Record;
+use crate::record::{Record, RecordView};
 
 /// The only record value format this build reads and writes.
 pub(crate) const FORMAT: u8 = 1;
@@ -143,16 +143,28 @@ fn open_envelope(bytes: &[u8]) -> Result<(Millis, &[u8])> {
 
 pub(crate) fn decode_record(bytes: &[u8]) -> Result<Record> {
     let (expires_at, body) = open_envelope(bytes)?;
-    let (mut rec, used): (Record, usize) =
-        bincode::serde::decode_from_slice(body, bincode_config())
-            .map_err(|e| corrupted("record", format!("body does not decode: {e}")))?;
+    let mut rec: Record = decode_record_body(body)?;
+    rec.expires_at = expires_at;
+    Ok(rec)
+}
+
+/// Decodes a record value without copying its fingerprint or response body.
+pub(crate) fn decode_record_view(bytes: &[u8]) -> Result<RecordView<'_>> {
+    let (expires_at, body) = open_envelope(bytes)?;
+    let mut rec: RecordView<'_> = decode_record_body(body)?;
+    rec.expires_at = expires_at;
+    Ok(rec)
+}
+
+fn decode_record_body<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T> {
+    let (rec, used): (T, usize) = bincode::serde::borrow_decode_from_slice(body, bincode_config())
+        .map_err(|e| corrupted("record", format!("body does not decode: {e}")))?;
     if used != body.len() {
         return Err(corrupted(
             "record",
             format!("{} trailing bytes after the body", body.len() - used),
         ));
     }
-    rec.expires_at = expires_at;
     Ok(rec)
 }
 
@@ -309,6 +321,56 @@ mod tests {
     fn record_round_trips() {
         let r = sample();
         assert_eq!(decode_record(&encode_record(&r)).unwrap(), r);
+    }
+
+    #[test]
+    fn view_reads_every_record_shape() {
+        let response = crate::Response::new(vec![7; 300]).with_status(201);
+        let checkpoint = crate::Checkpoint {
+            phase: "charged".into(),
+            state: vec![1, 2],
+        };
+        for (checkpoint, state) in [
+            (None, State::Pending { lease_until: 11 }),
+            (Some(checkpoint), State::Released),
+            (
+                None,
+                State::Completed {
+                    response: response.clone(),
+                    at: 5,
+                },
+            ),
+            (
+                None,
+                State::Failed {
+                    response: response.clone(),
+                    at: 6,
+                },
+            ),
+        ] {
+            let rec = Record {
+                checkpoint,
+                state,
+                ..sample()
+            };
+            let bytes = encode_record(&rec);
+            let view = decode_record_view(&bytes).unwrap();
+            assert_eq!(view.index_slot(), rec.index_slot());
+            assert_eq!(view.fingerprint, &rec.fingerprint[..]);
+            use crate::record::StateView as V;
+            match (view.state, &rec.state) {
+                (V::Pending { lease_until: a }, State::Pending { lease_until: b }) => {
+                    assert_eq!(a, *b)
+                }
+                (V::Released, State::Released) => {}
+                (V::Completed { response: a, at }, State::Completed { response: b, at: t })
+                | (V::Failed { response: a, at }, State::Failed { response: b, at: t }) => {
+                    assert_eq!((a.into_response(), at), (b.clone(), *t));
+                }
+                (v, r) => panic!("view {v:?} of {r:?}"),
+            }
+            assert!(decode_record_view(&bytes[..bytes.len() - 1]).is_err());
+        }
     }
 
     #[test]

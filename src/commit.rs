@@ -306,7 +306,7 @@ impl Commit<'_> {
                             counter
                         }
                     });
-                    add_record(&mut batch, &rkey, Some(slot), &rec, false);
+                    add_record(&mut batch, &rkey, Some(slot), &rec);
                     versions.push(None);
                 }
             }

@@ -255,6 +255,66 @@ pub(crate) struct Record {
     pub state: State,
 }
 
+/// A borrowed view of a stored record, for the paths that only answer from it (a replay, a
+/// mismatch, an in-progress claim): the fingerprint and the response body point into the stored
+/// bytes, so nothing is allocated before the answer is known. Field for field the serde shape of
+/// [`Record`] (checked by `codec::tests::view_reads_every_record_shape`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct RecordView<'a> {
+    #[serde(skip)]
+    pub expires_at: Millis,
+    pub fingerprint: &'a [u8],
+    pub _created_at: Millis,
+    pub fence: u64,
+    pub _attempts: u32,
+    pub _takeovers: u32,
+    pub _checkpoint: Option<Checkpoint>,
+    #[serde(borrow)]
+    pub state: StateView<'a>,
+}
+
+/// [`State`], borrowed.
+#[derive(Debug, Deserialize)]
+pub(crate) enum StateView<'a> {
+    Pending {
+        lease_until: Millis,
+    },
+    Released,
+    Completed {
+        #[serde(borrow)]
+        response: ResponseView<'a>,
+        at: Millis,
+    },
+    Failed {
+        #[serde(borrow)]
+        response: ResponseView<'a>,
+        at: Millis,
+    },
+}
+
+/// [`Response`], with the body borrowed.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResponseView<'a> {
+    pub body: &'a [u8],
+    pub meta: BTreeMap<String, String>,
+}
+
+impl ResponseView<'_> {
+    pub(crate) fn into_response(self) -> Response {
+        Response {
+            body: self.body.to_vec(),
+            meta: self.meta,
+        }
+    }
+}
+
+impl RecordView<'_> {
+    /// Where this record's expiry-index entry is: (expiry time, fencing token).
+    pub(crate) fn index_slot(&self) -> (Millis, u64) {
+        (self.expires_at, self.fence)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum State {
     Pending { lease_until: Millis },

@@ -1,7 +1,8 @@
 //! The store: request idempotency records on the engine. Invariants: every decision about a key is
 //! made under that key's lock stripe, from one read, and written with one atomic batch that carries
-//! the record, its expiry-index entry and the fence high-water mark; time never goes backwards from
-//! the store's view; an expired record is treated as absent by every read.
+//! the record and its expiry-index entry; a fencing token is handed out only after a high-water
+//! mark at or above it was written; time never goes backwards from the store's view; an expired
+//! record is treated as absent by every read.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,8 +23,12 @@ use crate::error::{corrupted, Error, InvalidInput, Result};
 use crate::metrics::{Metrics, Stats};
 use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
-    RecordInfo, Replay, Response, State,
+    RecordInfo, Replay, Response, State, StateView,
 };
+
+/// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
+/// block instead of one per claim. A restart skips what is left of the block.
+const FENCE_BLOCK: u64 = 1 << 16;
 
 /// Longest request fingerprint accepted, in bytes.
 pub const MAX_FINGERPRINT_LEN: usize = 1024;
@@ -40,6 +45,10 @@ struct Inner {
     cfg: Config,
     store_id: u128,
     next_fence: AtomicU64,
+    /// Every token up to this one is covered by a written `meta/fence_high_water`.
+    fence_reserved: AtomicU64,
+    /// Held while a new block of tokens is reserved.
+    fence_reserving: Mutex<()>,
     locks: Box<[Mutex<()>]>,
     metrics: Metrics,
     waiters: AtomicUsize,
@@ -96,6 +105,8 @@ impl Store {
             cfg,
             store_id,
             next_fence: AtomicU64::new(high_water + 1),
+            fence_reserved: AtomicU64::new(high_water),
+            fence_reserving: Mutex::new(()),
             locks,
             metrics: Metrics::default(),
             waiters: AtomicUsize::new(0),
@@ -168,50 +179,45 @@ impl Store {
         let rkey = codec::record_key_in(consumer, tenant, key);
         let _guard = self.lock(&rkey);
         let now = self.now();
-        let old = self.load(&rkey)?;
-        if old.as_ref().is_some_and(|r| r.expires_at <= now) {
-            Metrics::bump(&m.expired);
-        }
-        let old_slot = old.as_ref().map(Record::index_slot);
         let lease_until = now.saturating_add(lease_ms);
+        let (old_slot, old) = match self.inspect(&rkey, fingerprint, now)? {
+            Inspected::Answer(answer) => {
+                if matches!(answer, Claim::InProgress { .. }) {
+                    Metrics::bump(&m.in_progress);
+                }
+                return Ok(answer);
+            }
+            Inspected::Absent => (None, None),
+            Inspected::Expired(slot) => {
+                Metrics::bump(&m.expired);
+                (Some(slot), None)
+            }
+            Inspected::Open(rec) => (Some(rec.index_slot()), Some(rec)),
+        };
         let mut takeover = false;
-        let new = match old.filter(|r| r.expires_at > now) {
+        let new = match old {
             None => Record {
                 expires_at: now.saturating_add(retention_ms),
                 fingerprint: fingerprint.to_vec(),
                 created_at: now,
-                fence: self.next_fence(),
+                fence: self.next_fence()?,
                 attempts: 1,
                 takeovers: 0,
                 checkpoint: None,
                 state: State::Pending { lease_until },
             },
-            Some(rec) => {
-                let mut rec = match settled(rec, fingerprint, m) {
-                    Settled::Answer(answer) => return Ok(answer),
-                    Settled::Open(rec) => rec,
-                };
-                match std::mem::replace(&mut rec.state, State::Released) {
-                    State::Pending { lease_until: held } if held > now => {
-                        Metrics::bump(&m.in_progress);
-                        return Ok(Claim::InProgress {
-                            retry_after: Duration::from_millis(held - now),
-                        });
-                    }
-                    previous => {
-                        // Released for a retry, or a lease that ran out: acquire (a takeover).
-                        takeover = matches!(previous, State::Pending { .. });
-                        rec.expires_at = rec.expires_at.max(lease_until);
-                        rec.fence = self.next_fence();
-                        rec.attempts = rec.attempts.saturating_add(1);
-                        rec.takeovers += u32::from(takeover);
-                        rec.state = State::Pending { lease_until };
-                        rec
-                    }
-                }
+            Some(mut rec) => {
+                // Released for a retry, or a lease that ran out: acquire (a takeover).
+                takeover = matches!(rec.state, State::Pending { .. });
+                rec.expires_at = rec.expires_at.max(lease_until);
+                rec.fence = self.next_fence()?;
+                rec.attempts = rec.attempts.saturating_add(1);
+                rec.takeovers += u32::from(takeover);
+                rec.state = State::Pending { lease_until };
+                rec
             }
         };
-        self.write_record(&rkey, old_slot, &new, true)?;
+        self.write_record(&rkey, old_slot, &new)?;
         Metrics::bump(&m.acquired);
         if takeover {
             Metrics::bump(&m.takeover);
@@ -512,8 +518,25 @@ impl Store {
         Ok(())
     }
 
-    fn next_fence(&self) -> u64 {
-        self.inner.next_fence.fetch_add(1, Ordering::Relaxed)
+    /// Issues a fencing token. A token above the reserved block first reserves the next block:
+    /// the high-water mark is written (with the store's durability) before the token is handed
+    /// out, so every record carrying a token follows, in the WAL, a high-water mark at or above
+    /// it, and a reopened store never issues it again.
+    fn next_fence(&self) -> Result<u64> {
+        let inner = &self.inner;
+        let fence = inner.next_fence.fetch_add(1, Ordering::Relaxed);
+        if fence <= inner.fence_reserved.load(Ordering::Acquire) {
+            return Ok(fence);
+        }
+        let _reserving = inner.fence_reserving.lock();
+        if fence > inner.fence_reserved.load(Ordering::Acquire) {
+            let upto = fence.saturating_add(FENCE_BLOCK);
+            let mut batch = inner.engine.batch();
+            batch.merge(Cf::Meta, META_FENCE, &upto.to_be_bytes());
+            inner.engine.write(batch)?;
+            inner.fence_reserved.store(upto, Ordering::Release);
+        }
+        Ok(fence)
     }
 
     /// Reads a sealed bincode value from the versions CF, or the type's default if absent.
@@ -578,16 +601,58 @@ impl Store {
             return Ok(None);
         }
         let now = self.now();
-        let Some(rec) = self.load(&codec::record_key(tenant, key))? else {
-            return Ok(None);
-        };
-        if rec.expires_at <= now {
-            return Ok(None);
-        }
-        Ok(match settled(rec, fingerprint, &self.inner.metrics) {
-            Settled::Answer(answer) => Some(answer),
-            Settled::Open(_) => None,
-        })
+        Ok(
+            match self.inspect(&codec::record_key(tenant, key), fingerprint, now)? {
+                Inspected::Answer(Claim::InProgress { .. }) => None,
+                Inspected::Answer(answer) => Some(answer),
+                _ => None,
+            },
+        )
+    }
+
+    /// Reads the record of `rkey` at `now` for a claim with `fingerprint`: the claim's answer when
+    /// the stored record alone decides it (mismatch, replay, in progress), decoded from a borrowed
+    /// view so that only the answer is allocated; otherwise what the claim must decide on. Shared
+    /// by the locked claim and the lock-free peek, so both answer alike. Counts mismatches and
+    /// replays; the caller counts an in-progress answer if it gives one.
+    fn inspect(&self, rkey: &[u8], fingerprint: &[u8], now: Millis) -> Result<Inspected> {
+        let m = &self.inner.metrics;
+        self.inner.engine.get_with(Cf::Records, rkey, |v| {
+            let Some(bytes) = v else {
+                return Ok(Inspected::Absent);
+            };
+            let view = codec::decode_record_view(bytes)?;
+            if view.expires_at <= now {
+                return Ok(Inspected::Expired(view.index_slot()));
+            }
+            if view.fingerprint != fingerprint {
+                Metrics::bump(&m.mismatch);
+                return Ok(Inspected::Answer(Claim::Mismatch));
+            }
+            Ok(Inspected::Answer(match view.state {
+                StateView::Completed { response, at } => {
+                    Metrics::bump(&m.replayed);
+                    Claim::Completed(Replay {
+                        response: response.into_response(),
+                        finished_at: at,
+                    })
+                }
+                StateView::Failed { response, at } => {
+                    Metrics::bump(&m.replayed);
+                    Claim::Failed(Replay {
+                        response: response.into_response(),
+                        finished_at: at,
+                    })
+                }
+                StateView::Pending { lease_until } if lease_until > now => Claim::InProgress {
+                    retry_after: Duration::from_millis(lease_until - now),
+                },
+                // Released, or a lease that ran out: the claim acquires, from the full record.
+                StateView::Pending { .. } | StateView::Released => {
+                    return codec::decode_record(bytes).map(Inspected::Open)
+                }
+            }))
+        })?
     }
 
     pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
@@ -597,28 +662,20 @@ impl Store {
     }
 
     /// Writes `new` for `rkey` in one batch (see [`add_record`]).
-    fn write_record(
-        &self,
-        rkey: &[u8],
-        old: Option<(Millis, u64)>,
-        new: &Record,
-        fence_issued: bool,
-    ) -> Result<()> {
+    fn write_record(&self, rkey: &[u8], old: Option<(Millis, u64)>, new: &Record) -> Result<()> {
         let mut batch = self.inner.engine.batch();
-        add_record(&mut batch, rkey, old, new, fence_issued);
+        add_record(&mut batch, rkey, old, new);
         self.inner.engine.write(batch)
     }
 }
 
-/// Adds `new` for `rkey` to a batch: the record, its index entry (replacing the entry at the old
-/// record's index slot if expiry or fence changed) and, when `fence_issued`, the fence high-water
-/// mark.
+/// Adds `new` for `rkey` to a batch: the record and its index entry (replacing the entry at the
+/// old record's index slot if expiry or fence changed).
 pub(crate) fn add_record(
     batch: &mut crate::engine::Batch<'_>,
     rkey: &[u8],
     old: Option<(Millis, u64)>,
     new: &Record,
-    fence_issued: bool,
 ) {
     batch.put(Cf::Records, rkey, &codec::encode_record(new));
     if old != Some(new.index_slot()) {
@@ -630,9 +687,6 @@ pub(crate) fn add_record(
             &codec::index_key(new.expires_at, new.fence, rkey),
             &[],
         );
-    }
-    if fence_issued {
-        batch.merge(Cf::Meta, META_FENCE, &new.fence.to_be_bytes());
     }
 }
 
@@ -674,7 +728,7 @@ impl Store {
         };
         let slot = rec.index_slot();
         let out = f(&mut rec, now)?;
-        self.write_record(&rkey, Some(slot), &rec, false)?;
+        self.write_record(&rkey, Some(slot), &rec)?;
         drop(guard);
         if !matches!(rec.state, State::Pending { .. }) {
             self.notify_finished();
@@ -828,41 +882,14 @@ fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
     Ok(u128::from_be_bytes(id))
 }
 
-/// What [`settled`] found.
-enum Settled {
+/// What [`Store::inspect`] found.
+enum Inspected {
+    /// No record.
+    Absent,
+    /// An expired record (treated as absent) whose index entry is at this slot.
+    Expired((Millis, u64)),
     /// The claim's answer, decided by the stored record alone.
     Answer(Claim),
-    /// A record only a locked claim can decide on (pending or released).
+    /// A live record the claim acquires (released, or its lease ran out).
     Open(Record),
-}
-
-/// The answer a claim gives without deciding anything: a mismatch when `rec` is bound to another
-/// fingerprint, the stored response (moved out, not copied) when it is completed or failed.
-/// Otherwise the record is handed back for the claim to decide. Shared by the locked claim and
-/// the lock-free peek, so both answer alike.
-fn settled(mut rec: Record, fingerprint: &[u8], m: &Metrics) -> Settled {
-    if rec.fingerprint != fingerprint {
-        Metrics::bump(&m.mismatch);
-        return Settled::Answer(Claim::Mismatch);
-    }
-    match std::mem::replace(&mut rec.state, State::Released) {
-        State::Completed { response, at } => {
-            Metrics::bump(&m.replayed);
-            Settled::Answer(Claim::Completed(Replay {
-                response,
-                finished_at: at,
-            }))
-        }
-        State::Failed { response, at } => {
-            Metrics::bump(&m.replayed);
-            Settled::Answer(Claim::Failed(Replay {
-                response,
-                finished_at: at,
-            }))
-        }
-        state => {
-            rec.state = state;
-            Settled::Open(rec)
-        }
-    }
 }

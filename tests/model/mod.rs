@@ -286,7 +286,12 @@ type EntityState = (u64, Option<Vec<u8>>);
 
 struct Model {
     now: u64,
+    /// The next fencing token.
     next_fence: u64,
+    /// The store reserves tokens in blocks (docs/design.md, "Fencing tokens"): the first token
+    /// above `fence_reserved` reserves up to it plus `FENCE_BLOCK`, and a reopen resumes after the
+    /// reserved block.
+    fence_reserved: u64,
     recs: BTreeMap<(usize, usize), MRec>,
     /// Reservations by value: owner and, when bound, the lease's (model id, fence).
     res: BTreeMap<u8, ReservationState>,
@@ -297,7 +302,19 @@ struct Model {
     offsets: [BTreeSet<u64>; 2],
 }
 
+/// Fencing tokens reserved per block (the store's `FENCE_BLOCK`).
+const FENCE_BLOCK: u64 = 1 << 16;
+
 impl Model {
+    fn issue_fence(&mut self) -> u64 {
+        let fence = self.next_fence;
+        self.next_fence += 1;
+        if fence > self.fence_reserved {
+            self.fence_reserved = fence + FENCE_BLOCK;
+        }
+        fence
+    }
+
     fn live(&self, id: (usize, usize)) -> Option<&MRec> {
         self.recs.get(&id).filter(|r| r.expires_at > self.now)
     }
@@ -310,13 +327,12 @@ impl Model {
                 fp: fp.to_vec(),
                 created_at: now,
                 expires_at: now + ret_s * 1000,
-                fence: self.next_fence,
+                fence: self.issue_fence(),
                 attempts: 1,
                 takeovers: 0,
                 checkpoint: None,
                 state: MState::Pending { lease_until },
             };
-            self.next_fence += 1;
             let out = Outcome::Acquired {
                 fence: r.fence,
                 until: lease_until,
@@ -344,8 +360,7 @@ impl Model {
             }
             MState::Pending { .. } | MState::Released => {
                 let takeover = matches!(rec.state, MState::Pending { .. });
-                let fence = self.next_fence;
-                self.next_fence += 1;
+                let fence = self.issue_fence();
                 let r = self.recs.get_mut(&id).expect("live record");
                 r.fence = fence;
                 r.attempts += 1;
@@ -650,6 +665,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
     let mut model = Model {
         now: 0,
         next_fence: 1,
+        fence_reserved: 0,
         recs: BTreeMap::new(),
         ents: BTreeMap::new(),
         res: BTreeMap::new(),
@@ -791,6 +807,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
             Op::Reopen => {
                 drop(store);
                 store = open(dir.path(), &clock);
+                model.next_fence = model.fence_reserved + 1;
                 count("reopen", "");
             }
             Op::MarkProcessed { p, offset } => {

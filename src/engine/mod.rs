@@ -1,0 +1,511 @@
+//! The RocksDB boundary. Invariants: this is the only module that names `rocksdb`; every column
+//! family is configured explicitly (including `default`); RocksDB errors are classified here, once;
+//! the callbacks installed here (merge operator, compaction filters) are total functions that never
+//! panic and never read the clock.
+
+use std::ffi::CStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
+use rocksdb::{
+    BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamilyDescriptor, CompactOptions,
+    DBCompressionType, DataBlockIndexType, ErrorKind, FlushOptions, LogLevel, MergeOperands,
+    Options, ReadOptions, WriteBatch, WriteOptions, DB,
+};
+
+mod group;
+
+use crate::clock::Millis;
+use crate::codec;
+use crate::config::Durability;
+use crate::error::{Error, Result};
+
+/// The column families, in the order they are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cf {
+    Default,
+    Records,
+    Versions,
+    Expiry,
+    Meta,
+}
+
+impl Cf {
+    pub(crate) const ALL: [Cf; 5] = [Cf::Default, Cf::Records, Cf::Versions, Cf::Expiry, Cf::Meta];
+
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Cf::Default => "default",
+            Cf::Records => "records",
+            Cf::Versions => "versions",
+            Cf::Expiry => "expiry",
+            Cf::Meta => "meta",
+        }
+    }
+}
+
+/// What the engine needs from the configuration.
+pub(crate) struct EngineOptions {
+    pub durability: Durability,
+    pub cache_bytes: usize,
+    pub write_buffer_bytes: usize,
+}
+
+/// Turns a RocksDB error into ours. The only place that looks at RocksDB error kinds.
+fn classify(e: rocksdb::Error) -> Error {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::Busy | ErrorKind::TryAgain | ErrorKind::TimedOut | ErrorKind::Incomplete => {
+            Error::Busy(msg)
+        }
+        ErrorKind::Corruption => Error::Corrupted {
+            what: "storage engine data",
+            reason: msg,
+        },
+        ErrorKind::IOError => Error::Io(msg),
+        _ => Error::Engine(msg),
+    }
+}
+
+/// A set of writes applied atomically (all column families share one WAL).
+pub(crate) struct Batch<'a> {
+    engine: &'a Engine,
+    inner: WriteBatch,
+    missing_cf: Option<Cf>,
+}
+
+impl Batch<'_> {
+    fn with_cf(&mut self, cf: Cf, f: impl FnOnce(&mut WriteBatch, &rocksdb::ColumnFamily)) {
+        match self.engine.db.cf_handle(cf.name()) {
+            Some(h) => f(&mut self.inner, h),
+            None => self.missing_cf = Some(cf),
+        }
+    }
+    pub(crate) fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.with_cf(cf, |b, h| b.put_cf(h, key, value));
+    }
+    pub(crate) fn delete(&mut self, cf: Cf, key: &[u8]) {
+        self.with_cf(cf, |b, h| b.delete_cf(h, key));
+    }
+    pub(crate) fn merge(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.with_cf(cf, |b, h| b.merge_cf(h, key, value));
+    }
+}
+
+/// Refuses a batch that lost an operation to a column family that is not open.
+fn check_complete(batch: &Batch<'_>) -> Result<()> {
+    match batch.missing_cf {
+        Some(cf) => Err(Error::Engine(format!(
+            "column family {} is not open",
+            cf.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The open database, its reused read and write options, and the compaction cut-off.
+pub(crate) struct Engine {
+    db: DB,
+    write_opts: WriteOptions,
+    buffered_opts: WriteOptions,
+    read_opts: ReadOptions,
+    /// Group commit of synced writes; `None` for a buffered store.
+    group: Option<group::GroupCommit>,
+    /// Records and index entries that expire at or before this time may be dropped by compaction.
+    cutoff: Arc<AtomicU64>,
+    /// How many records the compaction filter has dropped since open.
+    filtered: Arc<AtomicU64>,
+}
+
+pub(crate) const META_FORMAT: &[u8] = b"format";
+pub(crate) const META_STORE_ID: &[u8] = b"store_id";
+pub(crate) const META_FENCE: &[u8] = b"fence_high_water";
+
+impl Engine {
+    /// Opens or creates the database. Refuses directories holding column families it does not know.
+    pub(crate) fn open(path: &Path, opts: &EngineOptions) -> Result<(Self, bool)> {
+        let exists = path.join("CURRENT").exists();
+        if exists {
+            let found = DB::list_cf(&Options::default(), path).map_err(classify)?;
+            if let Some(other) = found
+                .iter()
+                .find(|n| !Cf::ALL.iter().any(|c| c.name() == n.as_str()))
+            {
+                return Err(Error::IncompatibleFormat {
+                    found: format!("a RocksDB database with column family {other:?}"),
+                    expected: codec::FORMAT,
+                });
+            }
+        }
+        let cutoff = Arc::new(AtomicU64::new(0));
+        let filtered = Arc::new(AtomicU64::new(0));
+        let cache = Cache::new_lru_cache(opts.cache_bytes);
+
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.increase_parallelism(2);
+        db_opts.set_max_background_jobs(4);
+        db_opts.set_bytes_per_sync(1 << 20);
+        db_opts.set_max_total_wal_size(256 << 20);
+        db_opts.set_log_level(LogLevel::Warn);
+        db_opts.set_keep_log_file_num(4);
+
+        let descriptors = Cf::ALL.iter().map(|&cf| {
+            let o = cf_options(cf, opts, &cache, &cutoff, &filtered);
+            ColumnFamilyDescriptor::new(cf.name(), o)
+        });
+        let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(classify)?;
+
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(opts.durability == Durability::Synced);
+        let mut read_opts = ReadOptions::default();
+        read_opts.set_verify_checksums(true);
+        Ok((
+            Self {
+                db,
+                write_opts,
+                buffered_opts: WriteOptions::default(),
+                read_opts,
+                group: (opts.durability == Durability::Synced).then(group::GroupCommit::default),
+                cutoff,
+                filtered,
+            },
+            !exists,
+        ))
+    }
+
+    fn cf(&self, cf: Cf) -> Result<&rocksdb::ColumnFamily> {
+        self.db
+            .cf_handle(cf.name())
+            .ok_or_else(|| Error::Engine(format!("column family {} is not open", cf.name())))
+    }
+
+    /// Reads a value and hands the borrowed bytes to `f` (no copy).
+    pub(crate) fn get_with<R>(
+        &self,
+        cf: Cf,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
+        let v = self
+            .db
+            .get_pinned_cf_opt(self.cf(cf)?, key, &self.read_opts)
+            .map_err(classify)?;
+        Ok(f(v.as_deref()))
+    }
+
+    pub(crate) fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(cf, key, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// An empty batch.
+    pub(crate) fn batch(&self) -> Batch<'_> {
+        Batch {
+            engine: self,
+            inner: WriteBatch::default(),
+            missing_cf: None,
+        }
+    }
+
+    /// Applies the batch with the store's durability. Synced batches go through group commit:
+    /// concurrent ones share one write and one WAL sync.
+    pub(crate) fn write(&self, batch: Batch<'_>) -> Result<()> {
+        match &self.group {
+            None => self.write_with(batch, &self.write_opts),
+            Some(group) => {
+                check_complete(&batch)?;
+                group.write(batch.inner, |b| {
+                    self.db.write_opt(b, &self.write_opts).map_err(classify)
+                })
+            }
+        }
+    }
+
+    /// Applies the batch without syncing, whatever the store's durability.
+    pub(crate) fn write_buffered(&self, batch: Batch<'_>) -> Result<()> {
+        self.write_with(batch, &self.buffered_opts)
+    }
+
+    /// Applies the batch and syncs the WAL, whatever the store's durability.
+    pub(crate) fn write_synced(&self, batch: Batch<'_>) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.write_with(batch, &wo)
+    }
+
+    fn write_with(&self, batch: Batch<'_>, wo: &WriteOptions) -> Result<()> {
+        check_complete(&batch)?;
+        self.db.write_opt(batch.inner, wo).map_err(classify)
+    }
+
+    /// Visits entries of `cf` in key order from `lower` (inclusive) to `upper` (exclusive) until `f`
+    /// returns false.
+    pub(crate) fn scan(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(lower.to_vec());
+        if let Some(u) = upper {
+            ro.set_iterate_upper_bound(u.to_vec());
+        }
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(cf)?, ro);
+        it.seek(lower);
+        while it.valid() {
+            match (it.key(), it.value()) {
+                (Some(k), Some(v)) => {
+                    if !f(k, v) {
+                        return Ok(());
+                    }
+                }
+                _ => break,
+            }
+            it.next();
+        }
+        it.status().map_err(classify)
+    }
+
+    /// Raises the store's notion of now (also the compaction cut-off) to `t`, never lowering it,
+    /// and returns the result: the largest time ever observed.
+    pub(crate) fn observe_time(&self, t: Millis) -> Millis {
+        self.cutoff.fetch_max(t, Ordering::AcqRel).max(t)
+    }
+
+    /// Records dropped by the compaction filter since open.
+    pub(crate) fn filtered(&self) -> u64 {
+        self.filtered.load(Ordering::Relaxed)
+    }
+
+    /// Flushes memtables and compacts every column family down to the last level, so the
+    /// compaction filters see every key.
+    pub(crate) fn compact_all(&self) -> Result<()> {
+        let handles: Vec<_> = Cf::ALL.iter().map(|&c| self.cf(c)).collect::<Result<_>>()?;
+        self.db
+            .flush_cfs_opt(&handles, &FlushOptions::default())
+            .map_err(classify)?;
+        let mut co = CompactOptions::default();
+        co.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        for h in handles {
+            self.db
+                .compact_range_cf_opt(h, None::<&[u8]>, None::<&[u8]>, &co);
+        }
+        Ok(())
+    }
+
+    /// Flushes the WAL to disk (sync) so that buffered writes survive power loss from here on.
+    pub(crate) fn sync_wal(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(classify)
+    }
+
+    /// RocksDB's integer property for a column family, for example its key estimate.
+    pub(crate) fn int_property(&self, cf: Cf, name: EngineProperty) -> Result<u64> {
+        let prop = match name {
+            EngineProperty::EstimatedKeys => rocksdb::properties::ESTIMATE_NUM_KEYS,
+            EngineProperty::LiveSstBytes => rocksdb::properties::LIVE_SST_FILES_SIZE,
+            EngineProperty::MemtableBytes => rocksdb::properties::CUR_SIZE_ALL_MEM_TABLES,
+        };
+        Ok(self
+            .db
+            .property_int_value_cf(self.cf(cf)?, prop)
+            .map_err(classify)?
+            .unwrap_or(0))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.db.flush_wal(true);
+        self.db.cancel_all_background_work(true);
+    }
+}
+
+/// RocksDB statistics exposed through `Stats`.
+#[derive(Clone, Copy)]
+pub(crate) enum EngineProperty {
+    EstimatedKeys,
+    LiveSstBytes,
+    MemtableBytes,
+}
+
+fn cf_options(
+    cf: Cf,
+    opts: &EngineOptions,
+    cache: &Cache,
+    cutoff: &Arc<AtomicU64>,
+    filtered: &Arc<AtomicU64>,
+) -> Options {
+    let mut o = Options::default();
+    o.set_compression_type(DBCompressionType::Lz4);
+    o.set_level_compaction_dynamic_level_bytes(true);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_format_version(6);
+    match cf {
+        Cf::Records | Cf::Versions => {
+            if cf == Cf::Versions {
+                o.set_merge_operator_associative("idemdb.versions_merge", versions_merge);
+                // Fold long runs of merge operands in the memtable, so reads stay cheap.
+                o.set_max_successive_merges(64);
+            }
+            // Point lookups, most of them misses (a new key): bloom filters in the tables and in
+            // the memtable, and a hash index inside data blocks.
+            table.set_bloom_filter(10.0, false);
+            table.set_whole_key_filtering(true);
+            table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
+            table.set_data_block_hash_ratio(0.75);
+            table.set_block_size(8 << 10);
+            o.set_memtable_prefix_bloom_ratio(0.05);
+            o.set_memtable_whole_key_filtering(true);
+            o.set_write_buffer_size(opts.write_buffer_bytes);
+            o.set_max_write_buffer_number(4);
+            if cf == Cf::Records {
+                o.set_compaction_filter_factory(ExpiryFilterFactory {
+                    cutoff: Arc::clone(cutoff),
+                    filtered: Arc::clone(filtered),
+                    kind: FilterKind::Record,
+                });
+                // Revisit cold files every 6 hours so expired records do not linger for 30 days.
+                o.set_periodic_compaction_seconds(6 * 3600);
+            }
+        }
+        Cf::Expiry => {
+            o.set_write_buffer_size(opts.write_buffer_bytes / 4);
+            o.set_compaction_filter_factory(ExpiryFilterFactory {
+                cutoff: Arc::clone(cutoff),
+                filtered: Arc::new(AtomicU64::new(0)),
+                kind: FilterKind::Index,
+            });
+            o.set_periodic_compaction_seconds(6 * 3600);
+        }
+        Cf::Meta => {
+            o.set_merge_operator_associative("idemdb.max_u64", max_u64_merge);
+            o.set_write_buffer_size(4 << 20);
+        }
+        Cf::Default => {
+            o.set_write_buffer_size(4 << 20);
+        }
+    }
+    o.set_block_based_table_factory(&table);
+    o
+}
+
+/// Merge operator for monotone u64 counters (the fence high-water mark): the result is the largest
+/// well-formed 8-byte big-endian operand. Malformed operands are ignored rather than failing, since
+/// a failed merge would turn the whole database read-only. Total, deterministic, clock-free.
+fn max_u64_merge(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
+    Some(max_u64_fold(existing, operands.iter()))
+}
+
+/// The fold behind [`max_u64_merge`], over any operands (the fuzz target calls it directly).
+pub(crate) fn max_u64_fold<'a>(
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let max = existing
+        .into_iter()
+        .chain(operands)
+        .filter_map(codec::decode_u64)
+        .max()
+        .unwrap_or(0);
+    max.to_be_bytes().to_vec()
+}
+
+/// Merge operator of the versions CF, dispatching on the key's kind byte: replica version vectors
+/// (`vv::merge_vv_operands`) and offset windows (`offsets::merge_offset_operands`). Any other key
+/// keeps its existing value (or the last operand). Total: always `Some`, never panics.
+fn versions_merge(
+    key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
+    Some(versions_fold(key, existing, operands.iter()))
+}
+
+/// The fold behind [`versions_merge`], over any operands (the fuzz target calls it directly).
+pub(crate) fn versions_fold<'a>(
+    key: &[u8],
+    existing: Option<&'a [u8]>,
+    operands: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    match key.first() {
+        Some(&crate::versions::KIND_REPLICA_VV) => crate::vv::merge_vv_operands(existing, operands),
+        Some(&crate::offsets::KIND_OFFSETS) => {
+            crate::offsets::merge_offset_operands(existing, operands)
+        }
+        _ => operands
+            .last()
+            .or(existing)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum FilterKind {
+    Record,
+    Index,
+}
+
+struct ExpiryFilterFactory {
+    cutoff: Arc<AtomicU64>,
+    filtered: Arc<AtomicU64>,
+    kind: FilterKind,
+}
+
+struct ExpiryFilter {
+    cutoff: Millis,
+    filtered: Arc<AtomicU64>,
+    kind: FilterKind,
+}
+
+impl CompactionFilterFactory for ExpiryFilterFactory {
+    type Filter = ExpiryFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> ExpiryFilter {
+        ExpiryFilter {
+            cutoff: self.cutoff.load(Ordering::Relaxed),
+            filtered: Arc::clone(&self.filtered),
+            kind: self.kind,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"idemdb.expiry_factory"
+    }
+}
+
+impl CompactionFilter for ExpiryFilter {
+    /// Drops a value only when it provably expired at or before the cut-off: a record whose
+    /// checksum holds and whose header says so, or an index entry whose ULID time says so. Anything
+    /// it cannot read is kept, so that reads report the damage instead of it vanishing.
+    fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
+        let expiry = match self.kind {
+            FilterKind::Record => codec::record_expiry(value),
+            FilterKind::Index => codec::split_index_key(key).map(|(t, _)| t),
+        };
+        match expiry {
+            Some(t) if t <= self.cutoff => {
+                self.filtered.fetch_add(1, Ordering::Relaxed);
+                Decision::Remove
+            }
+            _ => Decision::Keep,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"idemdb.expiry"
+    }
+}
