@@ -54,6 +54,9 @@ struct Inner {
     waiters: AtomicUsize,
     finished: (Mutex<u64>, Condvar),
     sweeper: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// Where the next sweep starts: the last index entry an earlier sweep deleted (empty: the
+    /// start). Held for the whole sweep, so sweeps run one at a time.
+    sweep_from: Mutex<Vec<u8>>,
 }
 
 /// What [`Store::execute`] did.
@@ -112,6 +115,7 @@ impl Store {
             waiters: AtomicUsize::new(0),
             finished: (Mutex::new(0), Condvar::new()),
             sweeper: Mutex::new(None),
+            sweep_from: Mutex::new(Vec::new()),
         });
         let store = Store { inner };
         store.now();
@@ -416,27 +420,32 @@ impl Store {
         if limit == 0 {
             return Ok(0);
         }
+        // Every entry a sweep visits is deleted, so the next sweep starts where this one stopped
+        // instead of walking the deletions again until compaction drops them (the cost grew with
+        // every sweep before). An entry written below that point later would have expired before
+        // it was written; the compaction filter still drops it.
+        let mut from = self.inner.sweep_from.lock();
         let now = self.now();
         let upper = codec::index_bound(now.saturating_add(1));
         let mut entries = Vec::new();
         self.inner
             .engine
-            .scan(Cf::Expiry, &[], Some(&upper), |k, _| {
+            .scan(Cf::Expiry, &from, Some(&upper), |k, _| {
                 entries.push(k.to_vec());
                 entries.len() < limit
             })?;
         let mut swept = 0;
-        for entry in entries {
+        for entry in &entries {
             let mut batch = self.inner.engine.batch();
-            batch.delete(Cf::Expiry, &entry);
-            if let Some((_, rkey)) = codec::split_index_key(&entry) {
+            batch.delete(Cf::Expiry, entry);
+            if let Some((_, rkey)) = codec::split_index_key(entry) {
                 let _guard = self.lock(rkey);
                 let current = match self.inner.engine.get(Cf::Records, rkey)? {
                     Some(raw) => codec::decode_record(&raw).ok(),
                     None => None,
                 };
                 if let Some(rec) = current {
-                    let is_current = codec::index_key(rec.expires_at, rec.fence, rkey) == entry;
+                    let is_current = codec::index_key(rec.expires_at, rec.fence, rkey) == *entry;
                     if is_current && rec.expires_at <= now {
                         batch.delete(Cf::Records, rkey);
                         swept += 1;
@@ -447,7 +456,9 @@ impl Store {
             } else {
                 self.inner.engine.write_buffered(batch)?;
             }
+            from.clone_from(entry);
         }
+        drop(from);
         self.inner
             .metrics
             .swept
