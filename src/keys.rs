@@ -49,10 +49,11 @@ fn digest(parts: &[&[u8]]) -> [u8; 32] {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
+    for &b in bytes {
+        s.push(digit(b >> 4));
+        s.push(digit(b & 0x0f));
     }
     s
 }
@@ -67,6 +68,15 @@ mod tests {
         assert_eq!(derive_key(&[b"a", b"b"]), derive_key(&[b"a", b"b"]));
         assert_ne!(derive_key(&[b"ab", b""]), derive_key(&[b"a", b"b"]));
         assert_eq!(derive_key(&[b"x"]).len(), 64);
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        // Keys derived by earlier versions stay the same (stored keys must keep matching).
+        assert_eq!(
+            derive_key(&[b"refund", b"order-1"]),
+            digest(&[b"refund", b"order-1"])
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
     }
 
     #[test]

@@ -47,15 +47,23 @@ impl VersionVector {
 
     /// Records one more event of `actor` and returns its new counter.
     pub fn increment(&mut self, actor: &str) -> u64 {
-        let c = self.clock.entry(actor.to_owned()).or_insert(0);
+        // No allocation for an actor already present (the common case).
+        let c = match self.clock.get_mut(actor) {
+            Some(c) => c,
+            None => self.clock.entry(actor.to_owned()).or_insert(0),
+        };
         *c = c.saturating_add(1);
         *c
     }
 
     /// Sets `actor`'s counter to at least `n`.
     pub fn observe(&mut self, actor: &str, n: u64) {
-        if n > self.get(actor) {
-            self.clock.insert(actor.to_owned(), n);
+        match self.clock.get_mut(actor) {
+            Some(c) => *c = (*c).max(n),
+            None if n > 0 => {
+                self.clock.insert(actor.to_owned(), n);
+            }
+            None => {}
         }
     }
 
