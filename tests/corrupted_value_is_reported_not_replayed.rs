@@ -4,10 +4,7 @@ use idemdb::{ClaimOptions, Error, ManualClock, Response};
 mod common;
 
 fn rewrite_record(dir: &std::path::Path, f: impl Fn(&mut Vec<u8>)) {
-    let mut opts = rocksdb::Options::default();
-    opts.create_if_missing(false);
-    let cfs = rocksdb::DB::list_cf(&opts, dir).unwrap();
-    let db = rocksdb::DB::open_cf(&opts, dir, &cfs).unwrap();
+    let db = common::raw_open(dir);
     let cf = db.cf_handle("records").unwrap();
     let key = idemdb::__internal::record_key(b"t", b"k");
     let mut v = db.get_cf(cf, &key).unwrap().expect("record on disk");

@@ -46,9 +46,7 @@ fn foreign_or_missing_format_marker_is_refused() {
         s.close().unwrap();
     }
     let edit = |v: Option<&[u8]>| {
-        let o = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&o, dir.path()).unwrap();
-        let db = rocksdb::DB::open_cf(&o, dir.path(), &cfs).unwrap();
+        let db = common::raw_open(dir.path());
         let meta = db.cf_handle("meta").unwrap();
         match v {
             Some(v) => db.put_cf(meta, b"format", v).unwrap(),

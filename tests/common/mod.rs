@@ -113,3 +113,31 @@ pub fn open_synced(dir: &str) -> Store {
         .open()
         .expect("open store")
 }
+
+/// Opens a store's directory with plain RocksDB, for tests that damage or inspect what is on disk.
+/// The column families get the store's merge operators (through `idemdb::__internal`): without
+/// them RocksDB's WAL recovery stops at the first merge record (the fence reservation) and drops
+/// every write after it.
+#[allow(dead_code)]
+pub fn raw_open(dir: &Path) -> rocksdb::DB {
+    let o = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&o, dir).expect("list column families");
+    let descriptors = cfs.iter().map(|name| {
+        let mut co = rocksdb::Options::default();
+        match name.as_str() {
+            "meta" => co.set_merge_operator_associative("idemdb.max_u64", |_, e, ops| {
+                let ops: Vec<&[u8]> = ops.iter().collect();
+                Some(idemdb::__internal::max_u64_merge(e, &ops))
+            }),
+            "versions" => {
+                co.set_merge_operator_associative("idemdb.versions_merge", |k, e, ops| {
+                    let ops: Vec<&[u8]> = ops.iter().collect();
+                    Some(idemdb::__internal::versions_merge(k, e, &ops))
+                })
+            }
+            _ => {}
+        }
+        rocksdb::ColumnFamilyDescriptor::new(name, co)
+    });
+    rocksdb::DB::open_cf_descriptors(&o, dir, descriptors).expect("open with plain RocksDB")
+}
