@@ -546,6 +546,10 @@ impl Store {
             batch.merge(Cf::Meta, META_FENCE, &upto.to_be_bytes());
             inner.engine.write(batch)?;
             inner.fence_reserved.store(upto, Ordering::Release);
+            // The reservation is durable through the WAL already; flushing it lets the WAL files
+            // behind it be deleted (nothing else writes to `meta` for another block). A failed
+            // request only delays that until `max_total_wal_size` forces the flush.
+            let _ = inner.engine.flush_in_background(Cf::Meta);
         }
         Ok(fence)
     }

@@ -299,6 +299,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Asks RocksDB to flush `cf`'s memtable in the background, without waiting. For column
+    /// families written rarely (the fence reservation in `meta`): a small memtable that is never
+    /// full would otherwise keep every WAL file written since its oldest entry on disk until
+    /// `max_total_wal_size` forces a flush.
+    pub(crate) fn flush_in_background(&self, cf: Cf) -> Result<()> {
+        let mut fo = FlushOptions::default();
+        fo.set_wait(false);
+        self.db.flush_cf_opt(self.cf(cf)?, &fo).map_err(classify)
+    }
+
     /// Flushes the WAL to disk (sync) so that buffered writes survive power loss from here on.
     pub(crate) fn sync_wal(&self) -> Result<()> {
         self.db.flush_wal(true).map_err(classify)
