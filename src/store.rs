@@ -23,7 +23,7 @@ use crate::error::{corrupted, Error, InvalidInput, Result};
 use crate::metrics::{Metrics, Stats};
 use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
-    RecordInfo, Replay, Response, State, StateView,
+    RecordInfo, Replay, Response, ResponseView, State, StateView,
 };
 
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
@@ -440,13 +440,14 @@ impl Store {
             batch.delete(Cf::Expiry, entry);
             if let Some((_, rkey)) = codec::split_index_key(entry) {
                 let _guard = self.lock(rkey);
-                let current = match self.inner.engine.get(Cf::Records, rkey)? {
-                    Some(raw) => codec::decode_record(&raw).ok(),
-                    None => None,
-                };
-                if let Some(rec) = current {
-                    let is_current = codec::index_key(rec.expires_at, rec.fence, rkey) == *entry;
-                    if is_current && rec.expires_at <= now {
+                // Only the record's index slot matters: read it from a borrowed view.
+                let slot = self.inner.engine.get_with(Cf::Records, rkey, |v| {
+                    v.and_then(|b| codec::decode_record_view(b).ok())
+                        .map(|rec| rec.index_slot())
+                })?;
+                if let Some((expires_at, fence)) = slot {
+                    let is_current = codec::index_key(expires_at, fence, rkey) == *entry;
+                    if is_current && expires_at <= now {
                         batch.delete(Cf::Records, rkey);
                         swept += 1;
                     }
@@ -644,21 +645,16 @@ impl Store {
                 Metrics::bump(&m.mismatch);
                 return Ok(Inspected::Answer(Claim::Mismatch));
             }
+            let replay = |response: ResponseView<'_>, at| {
+                Metrics::bump(&m.replayed);
+                Replay {
+                    response: response.into_response(),
+                    finished_at: at,
+                }
+            };
             Ok(Inspected::Answer(match view.state {
-                StateView::Completed { response, at } => {
-                    Metrics::bump(&m.replayed);
-                    Claim::Completed(Replay {
-                        response: response.into_response(),
-                        finished_at: at,
-                    })
-                }
-                StateView::Failed { response, at } => {
-                    Metrics::bump(&m.replayed);
-                    Claim::Failed(Replay {
-                        response: response.into_response(),
-                        finished_at: at,
-                    })
-                }
+                StateView::Completed { response, at } => Claim::Completed(replay(response, at)),
+                StateView::Failed { response, at } => Claim::Failed(replay(response, at)),
                 StateView::Pending { lease_until } if lease_until > now => Claim::InProgress {
                     retry_after: Duration::from_millis(lease_until - now),
                 },

@@ -127,9 +127,6 @@ pub(crate) fn merge(batches: &[WriteBatch]) -> Option<WriteBatch> {
         let head = data.get(..HEADER)?;
         let records = data.get(HEADER..)?;
         let n = u32::from_le_bytes(head.get(8..HEADER)?.try_into().ok()?);
-        if usize::try_from(n).ok()? != b.len() {
-            return None;
-        }
         if rep.is_empty() {
             rep.extend_from_slice(head);
         }
@@ -138,8 +135,7 @@ pub(crate) fn merge(batches: &[WriteBatch]) -> Option<WriteBatch> {
     }
     rep.get_mut(8..HEADER)?
         .copy_from_slice(&count.to_le_bytes());
-    let merged = WriteBatch::from_data(&rep);
-    (merged.len() == usize::try_from(count).ok()?).then_some(merged)
+    Some(WriteBatch::from_data(&rep))
 }
 
 #[cfg(test)]
