@@ -4,12 +4,19 @@
 //! ```text
 //! cargo bench --bench compare -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
 //!                                 [--only idemdb,bare,hashmap,sqlite,redis,postgres]
+//!                                 [--paired 15]
 //! ```
 //!
 //! Workload, for N unique keys partitioned across the threads: per key a *claim* (atomic "create
 //! if absent" of a pending record holding a 32-byte fingerprint and a lease expiry) followed by a
 //! *complete* (store a 256-byte response); then a *replay* pass reading every key's stored
 //! response as a duplicate would. Synced rows (fsync per write) use `--synced-keys` keys.
+//!
+//! After the table, *paired rounds* measure the one-thread ratios the targets are stated in:
+//! idemdb Buffered and one peer at a time alternate in `--paired` short rounds (claim+complete of
+//! a fresh chunk, then replays of keys drawn from all stored so far), and the median of the
+//! per-round ratios is printed. Systems measured minutes apart on a shared machine drift by tens of
+//! percent; alternating rounds put the same drift on both sides.
 //!
 //! Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres` or
 //! `root`, trust auth) are spoken to with the tiny wire clients below (std only: no dependency is
@@ -72,6 +79,8 @@ struct Settings {
     synced_keys: usize,
     threads: Vec<usize>,
     smoke: bool,
+    /// Rounds of the paired one-thread measurement (`--paired`, 0 skips it).
+    paired: usize,
     /// Systems to run (`--only idemdb,bare`): a system runs when its id contains one of these;
     /// empty means all.
     only: Vec<String>,
@@ -88,6 +97,7 @@ fn parse_args() -> R<Settings> {
             synced_keys: 200,
             threads: vec![1],
             smoke: true,
+            paired: 2,
             only: Vec::new(),
             user_args: args,
         });
@@ -97,6 +107,7 @@ fn parse_args() -> R<Settings> {
         synced_keys: 2_000,
         threads: vec![1, 4, 16],
         smoke: false,
+        paired: 15,
         only: Vec::new(),
         user_args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
     };
@@ -127,6 +138,13 @@ fn parse_args() -> R<Settings> {
                     .split(',')
                     .map(|t| count("--threads", t.to_string()))
                     .collect::<R<Vec<_>>>()?;
+            }
+            "--paired" => {
+                let v = value("--paired")?;
+                s.paired = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("--paired: {v:?} is not a whole number"))?;
             }
             "--only" => {
                 s.only = value("--only")?
@@ -1310,6 +1328,234 @@ fn run_postgres(rep: &mut Report, s: &Settings, prefix: &str, sync_commit: bool)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Paired rounds: idemdb Buffered and one peer, one thread, alternating in short rounds
+// ---------------------------------------------------------------------------------------------
+
+/// Per round: (idemdb ops/s, peer ops/s) of claim+complete and of replay.
+struct Rounds {
+    write: Vec<(f64, f64)>,
+    replay: Vec<(f64, f64)>,
+}
+
+/// The rounds of one pairing.
+struct Paired {
+    peer: &'static str,
+    keys_idemdb: usize,
+    keys_peer: usize,
+    rounds: Rounds,
+}
+
+/// Rate of `op` over `keys`, in operations per second.
+fn rate(keys: &[String], mut op: impl FnMut(&str) -> R<()>) -> R<f64> {
+    let t = Instant::now();
+    for k in keys {
+        op(k)?;
+    }
+    Ok(keys.len() as f64 / t.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// The ratios, idemdb / peer, of `rounds` rounds on one thread. A round claims and completes a
+/// fresh chunk of keys on each system, then replays as many keys drawn from every key that
+/// system has stored so far (the same draw for both, so later rounds also read flushed tables).
+/// The two systems alternate which goes first, so the drift of a shared, noisy machine falls on
+/// both alike: the median of the per-round ratios is much steadier than the ratio of two separate
+/// runs.
+fn pair_rounds(
+    me: &mut dyn Peer,
+    peer: &mut dyn Peer,
+    (chunk_me, chunk_peer): (usize, usize),
+    rounds: usize,
+    prefix: &str,
+) -> R<Rounds> {
+    let body: Vec<u8> = (0..RESP_LEN).map(|i| (i * 7 % 251) as u8).collect();
+    let name = |side: &str, i: usize| format!("{prefix}-{side}-{i:08}");
+    let (mut write, mut replay) = (Vec::new(), Vec::new());
+    let mut draw = 0x9e37_79b9_7f4a_7c15_u64;
+    for r in 0..rounds {
+        let fresh = |side: &str, chunk: usize| -> Vec<String> {
+            (r * chunk..(r + 1) * chunk)
+                .map(|i| name(side, i))
+                .collect()
+        };
+        let (keys_me, keys_peer) = (fresh("m", chunk_me), fresh("p", chunk_peer));
+        // The same positions, scaled to each system's key count, for the replay sample.
+        let mut sample = |chunk: usize, stored: usize| -> Vec<usize> {
+            (0..chunk)
+                .map(|_| {
+                    draw ^= draw << 13;
+                    draw ^= draw >> 7;
+                    draw ^= draw << 17;
+                    (draw % stored as u64) as usize
+                })
+                .collect()
+        };
+        let at_me = sample(chunk_me, (r + 1) * chunk_me);
+        let at_peer = sample(chunk_peer, (r + 1) * chunk_peer);
+        let old_me: Vec<String> = at_me.iter().map(|&i| name("m", i)).collect();
+        let old_peer: Vec<String> = at_peer.iter().map(|&i| name("p", i)).collect();
+        let w =
+            |p: &mut dyn Peer, keys: &[String]| rate(keys, |k| claim_complete(&mut *p, k, &body));
+        let (wm, wp) = if r % 2 == 0 {
+            let a = w(me, &keys_me)?;
+            (a, w(peer, &keys_peer)?)
+        } else {
+            let b = w(peer, &keys_peer)?;
+            (w(me, &keys_me)?, b)
+        };
+        let rp = |p: &mut dyn Peer, keys: &[String]| rate(keys, |k| replay_one(&mut *p, k, &body));
+        let (rm, rpp) = if r % 2 == 0 {
+            let a = rp(me, &old_me)?;
+            (a, rp(peer, &old_peer)?)
+        } else {
+            let b = rp(peer, &old_peer)?;
+            (rp(me, &old_me)?, b)
+        };
+        write.push((wm, wp));
+        replay.push((rm, rpp));
+    }
+    Ok(Rounds { write, replay })
+}
+
+fn idemdb_buffered() -> R<(IdemPeer, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = Config::new(dir.path())
+        .durability(Durability::Buffered)
+        .sweep_interval(None)
+        .open()
+        .map_err(|e| e.to_string())?;
+    Ok((IdemPeer { store, lease: None }, dir))
+}
+
+/// Runs the pairings selected by `--only` (bare RocksDB, SQLite, Redis, PostgreSQL with
+/// synchronous_commit=off), each against a fresh idemdb Buffered store.
+fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    let rounds = s.paired;
+    let selected = |id: &str| s.only.is_empty() || s.only.iter().any(|o| id.contains(o.as_str()));
+    // Keys per round: about 0.1 s of work for each system on a 2-core machine.
+    let chunk_me = if s.smoke { 20 } else { 5_000 };
+    let net = if s.smoke { 10 } else { 400 };
+    let mut pair = |peer_name: &'static str,
+                    chunk_peer: usize,
+                    run: &mut dyn FnMut(&mut dyn Peer) -> R<Rounds>| {
+        eprintln!("compare: paired rounds, idemdb Buffered and {peer_name}");
+        let res = idemdb_buffered().and_then(|(mut me, _dir)| run(&mut me));
+        match res {
+            Ok(r) => out.push(Paired {
+                peer: peer_name,
+                keys_idemdb: chunk_me,
+                keys_peer: chunk_peer,
+                rounds: r,
+            }),
+            Err(e) => skipped.push(format!("skipped: paired {peer_name}: {e}")),
+        }
+    };
+    let tag = |what: &str| format!("{prefix}-paired-{what}");
+    if selected("bare-buffered") {
+        pair("bare RocksDB buffered", chunk_me, &mut |me| {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let db = bare_rocksdb(dir.path())?;
+            let mut peer = RocksPeer {
+                db: &db,
+                rec: db.cf_handle("records").ok_or("no records cf")?,
+                idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
+                wo: rocksdb::WriteOptions::default(),
+                ro: rocksdb::ReadOptions::default(),
+                value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+            };
+            pair_rounds(me, &mut peer, (chunk_me, chunk_me), rounds, &tag("bare"))
+        });
+    }
+    if selected("sqlite") {
+        let chunk = chunk_me / 2;
+        pair("SQLite WAL synchronous=NORMAL", chunk, &mut |me| {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let mut peer = SqlitePeer::open(&dir.path().join("idem.sqlite"))?;
+            pair_rounds(me, &mut peer, (chunk_me, chunk), rounds, &tag("sqlite"))
+        });
+    }
+    if selected("redis") {
+        pair("Redis (RESP, no pipelining)", net, &mut |me| {
+            let mut peer = RedisPeer {
+                c: Redis::connect()?,
+                value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+            };
+            let keys = format!("idemdb-compare:{}", tag("redis"));
+            pair_rounds(me, &mut peer, (chunk_me, net), rounds, &keys)
+        });
+    }
+    if selected("postgres-async") {
+        pair("PostgreSQL synchronous_commit=off", net, &mut |me| {
+            let (mut admin, user) = Pg::connect_any()?;
+            let table = format!("idem_bench_{prefix}_paired");
+            admin.simple(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} \
+                 (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
+            ))?;
+            let res = PgPeer::connect(user, &table, false).and_then(|mut peer| {
+                pair_rounds(me, &mut peer, (chunk_me, net), rounds, &tag("pg"))
+            });
+            admin.simple(&format!("DROP TABLE IF EXISTS {table}"))?;
+            res
+        });
+    }
+    (out, skipped)
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn print_paired(paired: &[Paired], skipped: &[String]) {
+    if paired.is_empty() && skipped.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "Paired rounds, 1 thread: idemdb Buffered / peer (above 1 = idemdb faster), median of the \
+         per-round ratios, with the lowest and highest round:"
+    );
+    println!();
+    println!(
+        "| peer | rounds | keys per round (idemdb / peer) | claim+complete ratio | ops/s (idemdb / peer) | replay ratio | ops/s (idemdb / peer) |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|");
+    let cells = |pairs: &[(f64, f64)]| {
+        let ratios: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let me: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+        let peer: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+        format!(
+            "{:.2}x ({lo:.2}–{hi:.2}) | {} / {}",
+            median(&ratios),
+            fmt_ops(median(&me)),
+            fmt_ops(median(&peer))
+        )
+    };
+    for p in paired {
+        println!(
+            "| {} | {} | {} / {} | {} | {} |",
+            p.peer,
+            p.rounds.write.len(),
+            p.keys_idemdb,
+            p.keys_peer,
+            cells(&p.rounds.write),
+            cells(&p.rounds.replay)
+        );
+    }
+    for line in skipped {
+        println!("{line}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Output
 // ---------------------------------------------------------------------------------------------
 
@@ -1532,5 +1778,11 @@ fn main() {
         "total run time {:.1} s",
         started.elapsed().as_secs_f64()
     ));
+    let (paired, paired_skipped) = if s.paired > 0 {
+        run_paired(&s, &prefix)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     print_report(&mut rep, &s);
+    print_paired(&paired, &paired_skipped);
 }
