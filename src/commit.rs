@@ -233,7 +233,7 @@ impl Commit<'_> {
             .into());
         }
         let store = self.store;
-        let _guards = store.lock_many(keys.iter().copied());
+        let mut locked = store.lock_many(keys.iter().copied());
         let now = store.now();
         let engine = store.engine();
         let mut batch = engine.batch();
@@ -283,7 +283,13 @@ impl Commit<'_> {
                     versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {
-                    let mut rec = match check_holder(store.load(&rkey)?, &lease, now) {
+                    // The stripe is held (its key was locked above): the record is either
+                    // remembered there, taken out (the batch writes it), or read.
+                    let rec = match locked.stripe(&rkey) {
+                        Some(stripe) => store.take_or_load(stripe, &rkey)?,
+                        None => store.load(&rkey)?,
+                    };
+                    let mut rec = match check_holder(rec, &lease, now) {
                         Ok(r) => r,
                         Err(lost) => {
                             Metrics::bump(&store.metrics().lease_lost);
@@ -315,7 +321,7 @@ impl Commit<'_> {
         for counter in &ends {
             Metrics::bump(counter);
         }
-        drop(_guards);
+        drop(locked);
         if !ends.is_empty() {
             store.notify_finished();
         }

@@ -51,6 +51,7 @@ mod metrics;
 mod offsets;
 mod record;
 mod store;
+mod stripes;
 mod unique;
 mod versions;
 mod vv;

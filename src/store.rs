@@ -1,6 +1,7 @@
-//! The store: request idempotency records on the engine. Invariants: every decision about a key is
-//! made under that key's lock stripe, from one read, and written with one atomic batch that carries
-//! the record and its expiry-index entry; a fencing token is handed out only after a high-water
+//! The store: request idempotency records on the engine. Invariants: every decision that writes a
+//! key is made under that key's lock stripe, from one read no older than the stripe's last write,
+//! and written with one atomic batch that carries the record and its expiry-index entry; an answer
+//! that writes nothing is given from one read, with or without the stripe; a fencing token is handed out only after a high-water
 //! mark at or above it was written; time never goes backwards from the store's view; an expired
 //! record is treated as absent by every read.
 
@@ -11,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{duration_millis, Millis};
 use crate::codec;
@@ -25,6 +26,7 @@ use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
     RecordInfo, Replay, Response, ResponseView, State, StateView,
 };
+use crate::stripes::{Locked, Stripe, StripeGuard, Stripes};
 
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
 /// block instead of one per claim. A restart skips what is left of the block.
@@ -49,7 +51,7 @@ struct Inner {
     fence_reserved: AtomicU64,
     /// Held while a new block of tokens is reserved.
     fence_reserving: Mutex<()>,
-    locks: Box<[Mutex<()>]>,
+    stripes: Stripes,
     metrics: Metrics,
     waiters: AtomicUsize,
     finished: (Mutex<u64>, Condvar),
@@ -101,7 +103,7 @@ impl Store {
             Some(b) => codec::decode_u64(&b)
                 .ok_or_else(|| corrupted("meta/fence_high_water", "not an 8-byte integer"))?,
         };
-        let locks = (0..cfg.lock_stripes).map(|_| Mutex::new(())).collect();
+        let stripes = Stripes::new(cfg.lock_stripes);
         let sweep_interval = cfg.sweep_interval;
         let inner = Arc::new(Inner {
             engine,
@@ -110,7 +112,7 @@ impl Store {
             next_fence: AtomicU64::new(high_water + 1),
             fence_reserved: AtomicU64::new(high_water),
             fence_reserving: Mutex::new(()),
-            locks,
+            stripes,
             metrics: Metrics::default(),
             waiters: AtomicUsize::new(0),
             finished: (Mutex::new(0), Condvar::new()),
@@ -181,16 +183,32 @@ impl Store {
         let m = &self.inner.metrics;
 
         let rkey = codec::record_key_in(consumer, tenant, key);
-        let _guard = self.lock(&rkey);
-        let now = self.now();
-        let lease_until = now.saturating_add(lease_ms);
-        let (old_slot, old) = match self.inspect(&rkey, fingerprint, now)? {
-            Inspected::Answer(answer) => {
-                if matches!(answer, Claim::InProgress { .. }) {
-                    Metrics::bump(&m.in_progress);
-                }
-                return Ok(answer);
+        let answered = |answer: Claim| {
+            if matches!(answer, Claim::InProgress { .. }) {
+                Metrics::bump(&m.in_progress);
             }
+            Ok(answer)
+        };
+        // Read first without the stripe lock. An answer that writes nothing (a replay, a mismatch,
+        // in progress) is given from that read and takes effect at it. A claim that acquires
+        // locks the stripe and keeps the read if nothing was written under the stripe since (the
+        // usual case), or reads again under the lock.
+        let noted = self.inner.stripes.note(&rkey);
+        let now = self.now();
+        let found = match self.inspect(&rkey, fingerprint, now)? {
+            Inspected::Answer(answer) => return answered(answer),
+            found => found,
+        };
+        let (mut stripe, unchanged) = self.inner.stripes.lock_noted(noted);
+        let (now, found) = if unchanged {
+            (now, found)
+        } else {
+            let now = self.now();
+            (now, self.inspect(&rkey, fingerprint, now)?)
+        };
+        let lease_until = now.saturating_add(lease_ms);
+        let (old_slot, old) = match found {
+            Inspected::Answer(answer) => return answered(answer),
             Inspected::Absent => (None, None),
             Inspected::Expired(slot) => {
                 Metrics::bump(&m.expired);
@@ -222,6 +240,8 @@ impl Store {
             }
         };
         self.write_record(&rkey, old_slot, &new)?;
+        stripe.written(&rkey, &new);
+        drop(stripe);
         Metrics::bump(&m.acquired);
         if takeover {
             Metrics::bump(&m.takeover);
@@ -395,7 +415,8 @@ impl Store {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.check_names(tenant, key)?;
         let rkey = codec::record_key(tenant, key);
-        let _guard = self.lock(&rkey);
+        let mut stripe = self.lock(&rkey);
+        stripe.forget(&rkey);
         let Some(raw) = self.inner.engine.get(Cf::Records, &rkey)? else {
             return Ok(false);
         };
@@ -439,7 +460,7 @@ impl Store {
             let mut batch = self.inner.engine.batch();
             batch.delete(Cf::Expiry, entry);
             if let Some((_, rkey)) = codec::split_index_key(entry) {
-                let _guard = self.lock(rkey);
+                let mut stripe = self.lock(rkey);
                 // Only the record's index slot matters: read it from a borrowed view.
                 let slot = self.inner.engine.get_with(Cf::Records, rkey, |v| {
                     v.and_then(|b| codec::decode_record_view(b).ok())
@@ -448,6 +469,7 @@ impl Store {
                 if let Some((expires_at, fence)) = slot {
                     let is_current = codec::index_key(expires_at, fence, rkey) == *entry;
                     if is_current && expires_at <= now {
+                        stripe.forget(rkey);
                         batch.delete(Cf::Records, rkey);
                         swept += 1;
                     }
@@ -575,30 +597,24 @@ impl Store {
         &self.inner.metrics
     }
 
-    fn stripe(&self, key: &[u8]) -> usize {
-        crc32fast::hash(key) as usize & (self.inner.locks.len() - 1)
-    }
-
     /// Locks the stripes of several keys, in stripe order (so two callers never deadlock), each
     /// stripe once.
-    pub(crate) fn lock_many<'a>(
-        &self,
-        keys: impl Iterator<Item = &'a [u8]>,
-    ) -> Vec<MutexGuard<'_, ()>> {
-        let mut stripes: Vec<usize> = keys.map(|k| self.stripe(k)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        stripes
-            .into_iter()
-            .filter_map(|i| self.inner.locks.get(i).map(|m| m.lock()))
-            .collect()
+    pub(crate) fn lock_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Locked<'_> {
+        self.inner.stripes.lock_many(keys)
     }
 
-    pub(crate) fn lock(&self, rkey: &[u8]) -> MutexGuard<'_, ()> {
-        let i = self.stripe(rkey);
-        // In bounds: the stripe count is a power of two (validated) and `i` is masked by it.
-        #[allow(clippy::indexing_slicing)]
-        self.inner.locks[i].lock()
+    /// Locks the stripe of `rkey`.
+    pub(crate) fn lock(&self, rkey: &[u8]) -> StripeGuard<'_> {
+        self.inner.stripes.lock(rkey)
+    }
+
+    /// The record of `rkey` as its stripe (held by the caller) remembers it, taken out, or else
+    /// as stored. The caller writes the record or leaves it unchanged, so taking it is safe.
+    pub(crate) fn take_or_load(&self, stripe: &mut Stripe, rkey: &[u8]) -> Result<Option<Record>> {
+        match stripe.take(rkey) {
+            Some(rec) => Ok(Some(rec)),
+            None => self.load(rkey),
+        }
     }
 
     /// What a claim would answer when the record is final (completed or failed, replayed) or
@@ -728,9 +744,9 @@ impl Store {
     ) -> Result<std::result::Result<T, LeaseLost>> {
         self.check_lease_store(lease)?;
         let rkey = lease.record_key();
-        let guard = self.lock(&rkey);
+        let mut stripe = self.lock(&rkey);
         let now = self.now();
-        let mut rec = match check_holder(self.load(&rkey)?, lease, now) {
+        let mut rec = match check_holder(self.take_or_load(&mut stripe, &rkey)?, lease, now) {
             Ok(rec) => rec,
             Err(lost) => {
                 Metrics::bump(&self.inner.metrics.lease_lost);
@@ -740,7 +756,8 @@ impl Store {
         let slot = rec.index_slot();
         let out = f(&mut rec, now)?;
         self.write_record(&rkey, Some(slot), &rec)?;
-        drop(guard);
+        stripe.written(&rkey, &rec);
+        drop(stripe);
         if !matches!(rec.state, State::Pending { .. }) {
             self.notify_finished();
         }

@@ -1,0 +1,285 @@
+//! Lock stripes, and the pending records each stripe remembers. Invariant: a record remembered by
+//! a stripe is the record stored for its key, or an expired record whose stored copy a sweep or
+//! the compaction filter removed (every reader checks expiry first, and an expired record never
+//! becomes live again, so the two read alike). This holds because every write of a record happens
+//! under its stripe's lock and replaces or drops what the stripe remembers for that key.
+//! Forgetting is always safe: a miss falls back to a read.
+//!
+//! Each stripe also counts how often its lock was released. A reader that notes the count, reads a
+//! record without the lock, then takes the lock and finds the count unchanged knows that nothing
+//! was written under the stripe in between, so its read is still current.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::record::{Record, State};
+
+/// Records remembered per stripe. Leases in flight rarely share a stripe (4096 by default), so two
+/// cover nearly all of them; a third evicts the oldest.
+const HELD_PER_STRIPE: usize = 2;
+
+/// Longest fingerprint of a remembered record, so the memory a stripe can hold stays small.
+const HELD_FINGERPRINT_MAX: usize = 64;
+
+/// The mutexes that serialise decisions per key, one per `crc32(key) mod n`.
+pub(crate) struct Stripes {
+    stripes: Box<[Slot]>,
+}
+
+#[derive(Default)]
+struct Slot {
+    lock: Mutex<Stripe>,
+    /// How many times `lock` was released; changed only by the holder, just before releasing.
+    releases: AtomicU64,
+}
+
+/// A stripe's position and its release count, noted before an unlocked read
+/// (see [`Stripes::note`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Noted {
+    index: usize,
+    releases: u64,
+}
+
+/// A held stripe. Dropping it counts a release, then unlocks.
+pub(crate) struct StripeGuard<'a> {
+    guard: MutexGuard<'a, Stripe>,
+    releases: &'a AtomicU64,
+}
+
+impl Deref for StripeGuard<'_> {
+    type Target = Stripe;
+    fn deref(&self) -> &Stripe {
+        &self.guard
+    }
+}
+
+impl DerefMut for StripeGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Stripe {
+        &mut self.guard
+    }
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        // Only the holder writes the count, so a load and a store suffice. Release: whoever
+        // reads the new count also sees every write made under the lock.
+        let n = self.releases.load(Ordering::Relaxed);
+        self.releases.store(n.wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// What a stripe's lock protects: the right to decide about every key that maps to it, and the
+/// pending records of those keys that this process wrote last (so ending a lease needs no read).
+#[derive(Default)]
+pub(crate) struct Stripe {
+    held: Vec<(Box<[u8]>, Record)>,
+}
+
+impl Stripes {
+    /// `n` stripes; `n` is a power of two (validated by the configuration).
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            stripes: (0..n.max(1)).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    fn index(&self, key: &[u8]) -> usize {
+        crc32fast::hash(key) as usize & (self.stripes.len() - 1)
+    }
+
+    fn slot(&self, i: usize) -> &Slot {
+        // In bounds: the stripe count is a power of two and every index is masked by it.
+        #[allow(clippy::indexing_slicing)]
+        &self.stripes[i & (self.stripes.len() - 1)]
+    }
+
+    fn guard(slot: &Slot) -> StripeGuard<'_> {
+        StripeGuard {
+            guard: slot.lock.lock(),
+            releases: &slot.releases,
+        }
+    }
+
+    /// Locks the stripe of `key`.
+    pub(crate) fn lock(&self, key: &[u8]) -> StripeGuard<'_> {
+        Self::guard(self.slot(self.index(key)))
+    }
+
+    /// Notes the release count of `key`'s stripe, before reading `key` without the lock.
+    pub(crate) fn note(&self, key: &[u8]) -> Noted {
+        let index = self.index(key);
+        Noted {
+            index,
+            // Acquire: pairs with the release in `StripeGuard::drop`, so a read made after this
+            // sees every write made before the counted release.
+            releases: self.slot(index).releases.load(Ordering::Acquire),
+        }
+    }
+
+    /// Locks the noted stripe; `true` with it if no holder released it since it was noted, so a
+    /// read made in between is still current.
+    pub(crate) fn lock_noted(&self, noted: Noted) -> (StripeGuard<'_>, bool) {
+        let slot = self.slot(noted.index);
+        let guard = Self::guard(slot);
+        // Under the lock: every earlier release is visible.
+        let unchanged = slot.releases.load(Ordering::Relaxed) == noted.releases;
+        (guard, unchanged)
+    }
+
+    /// Locks the stripes of several keys in stripe order (so two callers never deadlock), each
+    /// stripe once.
+    pub(crate) fn lock_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Locked<'_> {
+        let mut idx: Vec<usize> = keys.map(|k| self.index(k)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let guards = idx
+            .into_iter()
+            .filter_map(|i| self.stripes.get(i).map(|slot| (i, Self::guard(slot))))
+            .collect();
+        Locked {
+            stripes: self,
+            guards,
+        }
+    }
+}
+
+/// Several stripes held at once (see [`Stripes::lock_many`]).
+pub(crate) struct Locked<'a> {
+    stripes: &'a Stripes,
+    guards: Vec<(usize, StripeGuard<'a>)>,
+}
+
+impl Locked<'_> {
+    /// The held stripe of `key`; `None` if `key` was not among the locked keys.
+    pub(crate) fn stripe(&mut self, key: &[u8]) -> Option<&mut Stripe> {
+        let i = self.stripes.index(key);
+        self.guards
+            .iter_mut()
+            .find(|(j, _)| *j == i)
+            .map(|(_, g)| &mut **g)
+    }
+}
+
+impl Stripe {
+    /// Removes and returns the remembered record of `key`, if any.
+    pub(crate) fn take(&mut self, key: &[u8]) -> Option<Record> {
+        let at = self.held.iter().position(|(k, _)| **k == *key)?;
+        Some(self.held.remove(at).1)
+    }
+
+    /// Drops the remembered record of `key`: call before or after any write of `key` that does
+    /// not go through [`Stripe::written`].
+    pub(crate) fn forget(&mut self, key: &[u8]) {
+        self.held.retain(|(k, _)| **k != *key);
+    }
+
+    /// Notes that `rec` was just written for `key`: remembers it if it is a pending record worth
+    /// keeping (no recovery point, a short fingerprint), and forgets any older one either way.
+    pub(crate) fn written(&mut self, key: &[u8], rec: &Record) {
+        self.forget(key);
+        let keep = matches!(rec.state, State::Pending { .. })
+            && rec.checkpoint.is_none()
+            && rec.fingerprint.len() <= HELD_FINGERPRINT_MAX;
+        if keep {
+            if self.held.len() >= HELD_PER_STRIPE {
+                self.held.remove(0);
+            }
+            self.held.push((key.into(), rec.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Checkpoint;
+
+    fn pending(fence: u64) -> Record {
+        Record {
+            expires_at: 10,
+            fingerprint: vec![1; 32],
+            created_at: 1,
+            fence,
+            attempts: 1,
+            takeovers: 0,
+            checkpoint: None,
+            state: State::Pending { lease_until: 5 },
+        }
+    }
+
+    #[test]
+    fn remembers_pending_records_only_and_replaces_older_ones() {
+        let mut s = Stripe::default();
+        s.written(b"a", &pending(1));
+        s.written(b"a", &pending(2));
+        assert_eq!(s.held.len(), 1);
+        assert_eq!(s.take(b"a").map(|r| r.fence), Some(2));
+        assert!(s.take(b"a").is_none(), "take removes");
+
+        s.written(b"b", &pending(3));
+        let mut done = pending(3);
+        done.state = State::Released;
+        s.written(b"b", &done);
+        assert!(
+            s.take(b"b").is_none(),
+            "a record that is not pending is not kept"
+        );
+
+        let mut cp = pending(4);
+        cp.checkpoint = Some(Checkpoint {
+            phase: "p".into(),
+            state: vec![0; 8],
+        });
+        s.written(b"c", &cp);
+        let mut long = pending(5);
+        long.fingerprint = vec![0; HELD_FINGERPRINT_MAX + 1];
+        s.written(b"d", &long);
+        assert!(
+            s.held.is_empty(),
+            "checkpoints and long fingerprints are not kept"
+        );
+    }
+
+    #[test]
+    fn a_full_stripe_evicts_its_oldest_record() {
+        let mut s = Stripe::default();
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            s.written(*k, &pending(i as u64));
+        }
+        assert_eq!(s.held.len(), HELD_PER_STRIPE);
+        assert!(s.take(b"a").is_none());
+        assert_eq!(s.take(b"c").map(|r| r.fence), Some(2));
+        s.forget(b"b");
+        assert!(s.held.is_empty());
+    }
+
+    #[test]
+    fn a_release_after_noting_is_seen_by_the_next_holder() {
+        let stripes = Stripes::new(8);
+        let noted = stripes.note(b"k");
+        let (g, unchanged) = stripes.lock_noted(noted);
+        assert!(unchanged, "nobody held the stripe in between");
+        drop(g);
+        let (g, unchanged) = stripes.lock_noted(noted);
+        assert!(!unchanged, "the first holder's release is counted");
+        drop(g);
+        let noted = stripes.note(b"k");
+        drop(stripes.lock_many([&b"k"[..]].into_iter()));
+        assert!(
+            !stripes.lock_noted(noted).1,
+            "lock_many counts its releases too"
+        );
+    }
+
+    #[test]
+    fn locked_stripes_are_found_by_key() {
+        let stripes = Stripes::new(8);
+        let keys: [&[u8]; 3] = [b"x", b"y", b"x"];
+        let mut locked = stripes.lock_many(keys.into_iter());
+        assert!(locked.stripe(b"x").is_some());
+        assert!(locked.stripe(b"y").is_some());
+    }
+}
