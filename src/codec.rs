@@ -20,24 +20,58 @@ fn bincode_config() -> impl bincode::config::Config {
 
 /// The record key of (tenant, key): `[u16 BE len][tenant][u16 BE len][key]`. Lengths are validated (≤ 4096) before this is called.
 pub fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
-    record_key_in(false, tenant, key)
+    record_key_in(false, tenant, key).to_vec()
 }
 
 /// Flag on the first length of a record key that puts it in the consumer namespace: message
 /// records of a consumer group never collide with request records of a tenant of the same name.
 const CONSUMER_FLAG: u16 = 0x8000;
 
-/// The record key of (tenant, key), in the consumer namespace when `consumer` is set.
-pub(crate) fn record_key_in(consumer: bool, tenant: &[u8], key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + tenant.len() + key.len());
-    push_part(&mut out, tenant);
-    if consumer {
-        if let Some(b) = out.first_mut() {
-            *b |= (CONSUMER_FLAG >> 8) as u8;
+/// Record keys up to this many bytes are built on the stack (every operation builds one).
+const INLINE_KEY: usize = 128;
+
+/// A record key: on the stack when it fits (tenants and keys are usually short), else on the heap.
+pub(crate) enum RecordKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Vec<u8>),
+}
+
+impl std::ops::Deref for RecordKey {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecordKey::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            RecordKey::Heap(v) => v,
         }
     }
-    push_part(&mut out, key);
-    out
+}
+
+/// The record key of (tenant, key), in the consumer namespace when `consumer` is set.
+pub(crate) fn record_key_in(consumer: bool, tenant: &[u8], key: &[u8]) -> RecordKey {
+    let total = 4 + tenant.len() + key.len();
+    let first_len = |len: usize| {
+        let mut b = u16::try_from(len).unwrap_or(u16::MAX).to_be_bytes();
+        if consumer {
+            b[0] |= (CONSUMER_FLAG >> 8) as u8;
+        }
+        b
+    };
+    let second_len = u16::try_from(key.len()).unwrap_or(u16::MAX).to_be_bytes();
+    let pieces: [&[u8]; 4] = [&first_len(tenant.len()), tenant, &second_len, key];
+    match u8::try_from(total) {
+        Ok(len) if total <= INLINE_KEY => {
+            let mut bytes = [0u8; INLINE_KEY];
+            let mut at = 0;
+            for p in pieces {
+                if let Some(dst) = bytes.get_mut(at..at + p.len()) {
+                    dst.copy_from_slice(p);
+                }
+                at += p.len();
+            }
+            RecordKey::Inline { len, bytes }
+        }
+        _ => RecordKey::Heap(pieces.concat()),
+    }
 }
 
 /// Unambiguous encoding of a composite value: each part length-prefixed (u16 BE, parts of at most
@@ -380,6 +414,29 @@ mod tests {
             let mut b = bytes.clone();
             b[i / 8] ^= 1 << (i % 8);
             assert!(decode_record(&b).is_err(), "flip of bit {i} accepted");
+        }
+    }
+
+    #[test]
+    fn inline_and_heap_record_keys_have_one_layout() {
+        for n in [0, 10, INLINE_KEY - 4, INLINE_KEY - 3, 300] {
+            let key = vec![b'k'; n];
+            for consumer in [false, true] {
+                let mut expect = Vec::new();
+                push_part(&mut expect, b"tenant");
+                if consumer {
+                    expect[0] |= 0x80;
+                }
+                push_part(&mut expect, &key);
+                let got = record_key_in(consumer, b"tenant", &key);
+                assert_eq!(
+                    &*got,
+                    expect.as_slice(),
+                    "key length {n}, consumer {consumer}"
+                );
+                let inline = matches!(got, RecordKey::Inline { .. });
+                assert_eq!(inline, expect.len() <= INLINE_KEY, "key length {n}");
+            }
         }
     }
 

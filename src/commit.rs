@@ -168,7 +168,7 @@ impl Commit<'_> {
             return;
         }
         self.ops.push(Op::Lease {
-            rkey: lease.record_key(),
+            rkey: lease.record_key().to_vec(),
             lease: lease.clone(),
             end,
         });

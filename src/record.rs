@@ -88,7 +88,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn record_key(&self) -> Vec<u8> {
+    pub(crate) fn record_key(&self) -> crate::codec::RecordKey {
         crate::codec::record_key_in(self.consumer, &self.tenant, &self.key)
     }
 

@@ -103,7 +103,7 @@ impl Store {
             Some(b) => codec::decode_u64(&b)
                 .ok_or_else(|| corrupted("meta/fence_high_water", "not an 8-byte integer"))?,
         };
-        let stripes = Stripes::new(cfg.lock_stripes);
+        let stripes = Stripes::new(cfg.lock_stripes, crate::keys::random_u128() as u64);
         let sweep_interval = cfg.sweep_interval;
         let inner = Arc::new(Inner {
             engine,
@@ -404,7 +404,7 @@ impl Store {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.check_names(tenant, key)?;
         let now = self.now();
-        let rec = self.load(&codec::record_key(tenant, key))?;
+        let rec = self.load(&codec::record_key_in(false, tenant, key))?;
         Ok(rec.filter(|r| r.expires_at > now).map(|r| r.info()))
     }
 
@@ -414,7 +414,7 @@ impl Store {
     pub fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.check_names(tenant, key)?;
-        let rkey = codec::record_key(tenant, key);
+        let rkey = codec::record_key_in(false, tenant, key);
         let mut stripe = self.lock(&rkey);
         stripe.forget(&rkey);
         let Some(raw) = self.inner.engine.get(Cf::Records, &rkey)? else {
@@ -634,7 +634,7 @@ impl Store {
         }
         let now = self.now();
         Ok(
-            match self.inspect(&codec::record_key(tenant, key), fingerprint, now)? {
+            match self.inspect(&codec::record_key_in(false, tenant, key), fingerprint, now)? {
                 Inspected::Answer(Claim::InProgress { .. }) => None,
                 Inspected::Answer(answer) => Some(answer),
                 _ => None,

@@ -23,16 +23,16 @@ const HELD_PER_STRIPE: usize = 2;
 /// Longest fingerprint of a remembered record, so the memory a stripe can hold stays small.
 const HELD_FINGERPRINT_MAX: usize = 64;
 
-/// The mutexes that serialise decisions per key, one per `crc32(key) mod n`.
+/// The mutexes that serialise decisions per key, one per `hash(key) mod n`.
 pub(crate) struct Stripes {
-    stripes: Box<[Slot]>,
-}
-
-#[derive(Default)]
-struct Slot {
-    lock: Mutex<Stripe>,
-    /// How many times `lock` was released; changed only by the holder, just before releasing.
-    releases: AtomicU64,
+    locks: Box<[Mutex<Stripe>]>,
+    /// How many times each lock was released; changed only by its holder, just before releasing.
+    /// A dense array apart from the locks, so the note taken before every claim's read touches
+    /// little memory.
+    releases: Box<[AtomicU64]>,
+    /// Per-process random seed of the stripe hash: which keys share a stripe cannot be chosen
+    /// from outside.
+    seed: u64,
 }
 
 /// A stripe's position and its release count, noted before an unlocked read
@@ -79,53 +79,76 @@ pub(crate) struct Stripe {
 }
 
 impl Stripes {
-    /// `n` stripes; `n` is a power of two (validated by the configuration).
-    pub(crate) fn new(n: usize) -> Self {
+    /// `n` stripes (a power of two, validated by the configuration), hashed with `seed`.
+    pub(crate) fn new(n: usize, seed: u64) -> Self {
+        let n = n.max(1).next_power_of_two();
         Self {
-            stripes: (0..n.max(1)).map(|_| Slot::default()).collect(),
+            locks: (0..n).map(|_| Mutex::default()).collect(),
+            releases: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seed,
         }
     }
 
+    /// The stripe of `key`: a seeded multiply-rotate hash over 8-byte words (a few nanoseconds
+    /// for a typical key, where a CRC of it cost several times that).
     fn index(&self, key: &[u8]) -> usize {
-        crc32fast::hash(key) as usize & (self.stripes.len() - 1)
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mix = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+        let mut h = mix(self.seed, key.len() as u64);
+        let mut words = key.chunks_exact(8);
+        for w in &mut words {
+            h = mix(
+                h,
+                u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or_default()),
+            );
+        }
+        let mut tail = [0u8; 8];
+        let rest = words.remainder();
+        if let Some(t) = tail.get_mut(..rest.len()) {
+            t.copy_from_slice(rest);
+        }
+        h = mix(h, u64::from_le_bytes(tail));
+        // Finalise (MurmurHash3's fmix64), so every input bit reaches the low bits kept.
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h as usize & (self.locks.len() - 1)
     }
 
-    fn slot(&self, i: usize) -> &Slot {
-        // In bounds: the stripe count is a power of two and every index is masked by it.
+    fn guard(&self, i: usize) -> StripeGuard<'_> {
+        // In bounds: both arrays have a power-of-two length and every index is masked by it.
         #[allow(clippy::indexing_slicing)]
-        &self.stripes[i & (self.stripes.len() - 1)]
-    }
-
-    fn guard(slot: &Slot) -> StripeGuard<'_> {
         StripeGuard {
-            guard: slot.lock.lock(),
-            releases: &slot.releases,
+            guard: self.locks[i].lock(),
+            releases: &self.releases[i],
         }
     }
 
     /// Locks the stripe of `key`.
     pub(crate) fn lock(&self, key: &[u8]) -> StripeGuard<'_> {
-        Self::guard(self.slot(self.index(key)))
+        self.guard(self.index(key))
     }
 
     /// Notes the release count of `key`'s stripe, before reading `key` without the lock.
     pub(crate) fn note(&self, key: &[u8]) -> Noted {
         let index = self.index(key);
+        // In bounds: masked by the power-of-two length.
+        #[allow(clippy::indexing_slicing)]
+        let count = &self.releases[index];
         Noted {
             index,
             // Acquire: pairs with the release in `StripeGuard::drop`, so a read made after this
             // sees every write made before the counted release.
-            releases: self.slot(index).releases.load(Ordering::Acquire),
+            releases: count.load(Ordering::Acquire),
         }
     }
 
     /// Locks the noted stripe; `true` with it if no holder released it since it was noted, so a
     /// read made in between is still current.
     pub(crate) fn lock_noted(&self, noted: Noted) -> (StripeGuard<'_>, bool) {
-        let slot = self.slot(noted.index);
-        let guard = Self::guard(slot);
+        let guard = self.guard(noted.index);
         // Under the lock: every earlier release is visible.
-        let unchanged = slot.releases.load(Ordering::Relaxed) == noted.releases;
+        let unchanged = guard.releases.load(Ordering::Relaxed) == noted.releases;
         (guard, unchanged)
     }
 
@@ -135,10 +158,7 @@ impl Stripes {
         let mut idx: Vec<usize> = keys.map(|k| self.index(k)).collect();
         idx.sort_unstable();
         idx.dedup();
-        let guards = idx
-            .into_iter()
-            .filter_map(|i| self.stripes.get(i).map(|slot| (i, Self::guard(slot))))
-            .collect();
+        let guards = idx.into_iter().map(|i| (i, self.guard(i))).collect();
         Locked {
             stripes: self,
             guards,
@@ -193,6 +213,7 @@ impl Stripe {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
     use crate::record::Checkpoint;
@@ -258,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_release_after_noting_is_seen_by_the_next_holder() {
-        let stripes = Stripes::new(8);
+        let stripes = Stripes::new(8, 1);
         let noted = stripes.note(b"k");
         let (g, unchanged) = stripes.lock_noted(noted);
         assert!(unchanged, "nobody held the stripe in between");
@@ -275,8 +296,21 @@ mod tests {
     }
 
     #[test]
+    fn keys_spread_over_the_stripes() {
+        let stripes = Stripes::new(64, 42);
+        let mut hits = [0u32; 64];
+        for i in 0..64_000 {
+            let key = format!("tenant-key-{i}");
+            hits[stripes.index(key.as_bytes())] += 1;
+        }
+        let (lo, hi) = (hits.iter().min().unwrap(), hits.iter().max().unwrap());
+        assert!(*lo > 800 && *hi < 1200, "uneven stripes: {lo}..{hi}");
+        assert!(Stripes::new(64, 1).index(b"k") < 64);
+    }
+
+    #[test]
     fn locked_stripes_are_found_by_key() {
-        let stripes = Stripes::new(8);
+        let stripes = Stripes::new(8, 1);
         let keys: [&[u8]; 3] = [b"x", b"y", b"x"];
         let mut locked = stripes.lock_many(keys.into_iter());
         assert!(locked.stripe(b"x").is_some());

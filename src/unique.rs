@@ -83,7 +83,7 @@ impl Store {
         self.check_lease_store(lease)?;
         let index = index.as_ref();
         let key = self.unique_key_checked(index, value)?;
-        let rkey = lease.record_key();
+        let rkey = lease.record_key().to_vec();
         let _g = self.lock_many([key.as_slice(), rkey.as_slice()].into_iter());
         if let Err(lost) = check_holder(self.load(&rkey)?, lease, self.now()) {
             return Ok(Err(lost));

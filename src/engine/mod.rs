@@ -275,6 +275,12 @@ impl Engine {
     /// Raises the store's notion of now (also the compaction cut-off) to `t`, never lowering it,
     /// and returns the result: the largest time ever observed.
     pub(crate) fn observe_time(&self, t: Millis) -> Millis {
+        // Most calls land in a millisecond already seen: a plain load then, so concurrent callers
+        // do not fight over the cache line with read-modify-writes.
+        let seen = self.cutoff.load(Ordering::Acquire);
+        if t <= seen {
+            return seen;
+        }
         self.cutoff.fetch_max(t, Ordering::AcqRel).max(t)
     }
 
