@@ -1339,6 +1339,7 @@ struct Rounds {
 
 /// The rounds of one pairing.
 struct Paired {
+    me: &'static str,
     peer: &'static str,
     keys_idemdb: usize,
     keys_peer: usize,
@@ -1416,18 +1417,19 @@ fn pair_rounds(
     Ok(Rounds { write, replay })
 }
 
-fn idemdb_buffered() -> R<(IdemPeer, tempfile::TempDir)> {
+fn idemdb_store(durability: Durability) -> R<(IdemPeer, tempfile::TempDir)> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let store = Config::new(dir.path())
-        .durability(Durability::Buffered)
+        .durability(durability)
         .sweep_interval(None)
         .open()
         .map_err(|e| e.to_string())?;
     Ok((IdemPeer { store, lease: None }, dir))
 }
 
-/// Runs the pairings selected by `--only` (bare RocksDB, SQLite, Redis, PostgreSQL with
-/// synchronous_commit=off), each against a fresh idemdb Buffered store.
+/// Runs the pairings selected by `--only`, each against a fresh idemdb store: Buffered against
+/// bare RocksDB, SQLite, Redis and PostgreSQL with synchronous_commit=off; Synced against bare
+/// RocksDB synced.
 fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     let (mut out, mut skipped) = (Vec::new(), Vec::new());
     let rounds = s.paired;
@@ -1435,13 +1437,20 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     // Keys per round: about 0.1 s of work for each system on a 2-core machine.
     let chunk_me = if s.smoke { 20 } else { 5_000 };
     let net = if s.smoke { 10 } else { 400 };
-    let mut pair = |peer_name: &'static str,
-                    chunk_peer: usize,
-                    run: &mut dyn FnMut(&mut dyn Peer) -> R<Rounds>| {
-        eprintln!("compare: paired rounds, idemdb Buffered and {peer_name}");
-        let res = idemdb_buffered().and_then(|(mut me, _dir)| run(&mut me));
+    let synced = if s.smoke { 10 } else { 150 };
+    let mut pair_with = |durability: Durability,
+                         peer_name: &'static str,
+                         (chunk_me, chunk_peer): (usize, usize),
+                         run: &mut dyn FnMut(&mut dyn Peer) -> R<Rounds>| {
+        let me = match durability {
+            Durability::Synced => "idemdb Synced",
+            _ => "idemdb Buffered",
+        };
+        eprintln!("compare: paired rounds, {me} and {peer_name}");
+        let res = idemdb_store(durability).and_then(|(mut me, _dir)| run(&mut me));
         match res {
             Ok(r) => out.push(Paired {
+                me,
                 peer: peer_name,
                 keys_idemdb: chunk_me,
                 keys_peer: chunk_peer,
@@ -1452,52 +1461,94 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     };
     let tag = |what: &str| format!("{prefix}-paired-{what}");
     if selected("bare-buffered") {
-        pair("bare RocksDB buffered", chunk_me, &mut |me| {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let db = bare_rocksdb(dir.path())?;
-            let mut peer = RocksPeer {
-                db: &db,
-                rec: db.cf_handle("records").ok_or("no records cf")?,
-                idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
-                wo: rocksdb::WriteOptions::default(),
-                ro: rocksdb::ReadOptions::default(),
-                value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-            };
-            pair_rounds(me, &mut peer, (chunk_me, chunk_me), rounds, &tag("bare"))
-        });
+        pair_with(
+            Durability::Buffered,
+            "bare RocksDB buffered",
+            (chunk_me, chunk_me),
+            &mut |me| {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let db = bare_rocksdb(dir.path())?;
+                let mut peer = RocksPeer {
+                    db: &db,
+                    rec: db.cf_handle("records").ok_or("no records cf")?,
+                    idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
+                    wo: rocksdb::WriteOptions::default(),
+                    ro: rocksdb::ReadOptions::default(),
+                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+                };
+                pair_rounds(me, &mut peer, (chunk_me, chunk_me), rounds, &tag("bare"))
+            },
+        );
+    }
+    if selected("bare-synced") {
+        pair_with(
+            Durability::Synced,
+            "bare RocksDB synced",
+            (synced, synced),
+            &mut |me| {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let db = bare_rocksdb(dir.path())?;
+                let mut wo = rocksdb::WriteOptions::default();
+                wo.set_sync(true);
+                let mut peer = RocksPeer {
+                    db: &db,
+                    rec: db.cf_handle("records").ok_or("no records cf")?,
+                    idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
+                    wo,
+                    ro: rocksdb::ReadOptions::default(),
+                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+                };
+                pair_rounds(me, &mut peer, (synced, synced), rounds, &tag("bare-synced"))
+            },
+        );
     }
     if selected("sqlite") {
         let chunk = chunk_me / 2;
-        pair("SQLite WAL synchronous=NORMAL", chunk, &mut |me| {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let mut peer = SqlitePeer::open(&dir.path().join("idem.sqlite"))?;
-            pair_rounds(me, &mut peer, (chunk_me, chunk), rounds, &tag("sqlite"))
-        });
+        pair_with(
+            Durability::Buffered,
+            "SQLite WAL synchronous=NORMAL",
+            (chunk_me, chunk),
+            &mut |me| {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let mut peer = SqlitePeer::open(&dir.path().join("idem.sqlite"))?;
+                pair_rounds(me, &mut peer, (chunk_me, chunk), rounds, &tag("sqlite"))
+            },
+        );
     }
     if selected("redis") {
-        pair("Redis (RESP, no pipelining)", net, &mut |me| {
-            let mut peer = RedisPeer {
-                c: Redis::connect()?,
-                value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-            };
-            let keys = format!("idemdb-compare:{}", tag("redis"));
-            pair_rounds(me, &mut peer, (chunk_me, net), rounds, &keys)
-        });
+        pair_with(
+            Durability::Buffered,
+            "Redis (RESP, no pipelining)",
+            (chunk_me, net),
+            &mut |me| {
+                let mut peer = RedisPeer {
+                    c: Redis::connect()?,
+                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+                };
+                let keys = format!("idemdb-compare:{}", tag("redis"));
+                pair_rounds(me, &mut peer, (chunk_me, net), rounds, &keys)
+            },
+        );
     }
     if selected("postgres-async") {
-        pair("PostgreSQL synchronous_commit=off", net, &mut |me| {
-            let (mut admin, user) = Pg::connect_any()?;
-            let table = format!("idem_bench_{prefix}_paired");
-            admin.simple(&format!(
-                "CREATE TABLE IF NOT EXISTS {table} \
+        pair_with(
+            Durability::Buffered,
+            "PostgreSQL synchronous_commit=off",
+            (chunk_me, net),
+            &mut |me| {
+                let (mut admin, user) = Pg::connect_any()?;
+                let table = format!("idem_bench_{prefix}_paired");
+                admin.simple(&format!(
+                    "CREATE TABLE IF NOT EXISTS {table} \
                  (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
-            ))?;
-            let res = PgPeer::connect(user, &table, false).and_then(|mut peer| {
-                pair_rounds(me, &mut peer, (chunk_me, net), rounds, &tag("pg"))
-            });
-            admin.simple(&format!("DROP TABLE IF EXISTS {table}"))?;
-            res
-        });
+                ))?;
+                let res = PgPeer::connect(user, &table, false).and_then(|mut peer| {
+                    pair_rounds(me, &mut peer, (chunk_me, net), rounds, &tag("pg"))
+                });
+                admin.simple(&format!("DROP TABLE IF EXISTS {table}"))?;
+                res
+            },
+        );
     }
     (out, skipped)
 }
@@ -1518,14 +1569,14 @@ fn print_paired(paired: &[Paired], skipped: &[String]) {
     }
     println!();
     println!(
-        "Paired rounds, 1 thread: idemdb Buffered / peer (above 1 = idemdb faster), median of the \
+        "Paired rounds, 1 thread: idemdb / peer (above 1 = idemdb faster), median of the \
          per-round ratios, with the lowest and highest round:"
     );
     println!();
     println!(
-        "| peer | rounds | keys per round (idemdb / peer) | claim+complete ratio | ops/s (idemdb / peer) | replay ratio | ops/s (idemdb / peer) |"
+        "| idemdb | peer | rounds | keys per round (idemdb / peer) | claim+complete ratio | ops/s (idemdb / peer) | replay ratio | ops/s (idemdb / peer) |"
     );
-    println!("|---|--:|--:|--:|--:|--:|--:|");
+    println!("|---|---|--:|--:|--:|--:|--:|--:|");
     let cells = |pairs: &[(f64, f64)]| {
         let ratios: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
         let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
@@ -1541,7 +1592,8 @@ fn print_paired(paired: &[Paired], skipped: &[String]) {
     };
     for p in paired {
         println!(
-            "| {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} / {} | {} | {} |",
+            p.me,
             p.peer,
             p.rounds.write.len(),
             p.keys_idemdb,
