@@ -1,152 +1,20 @@
-//! kill -9 durability: a child process (this test binary, re-executed) claims, checkpoints, fails
-//! and completes keys in synced durability and prints each completion after `complete` returns.
-//! The parent SIGKILLs it at a random moment, reopens the store and checks that every acknowledged
-//! completion is present and intact, fencing tokens never went backwards, every record decodes, and
-//! every pending record can be taken over. Repeated `IDEMDB_CRASH_ITERATIONS` times (default 100).
-use std::io::Write;
-
+//! kill -9 durability, synced: every completion acknowledged by a child process in synced
+//! durability is present and intact after the child is SIGKILLed at a random moment and the
+//! store reopened; fences never go backwards; pending records can be taken over. Repeated
+//! `IDEMDB_CRASH_ITERATIONS` times (default 100). The workload: `common/completions_crash.rs`.
 mod common;
+#[path = "common/completions_crash.rs"]
+mod completions_crash;
 
-use idemdb::{
-    Claim, ClaimOptions, Clock, Config, Durability, FailKind, ManualClock, RecordState, Response,
-    SystemClock,
-};
-
-const CHILD_ENV: &str = "IDEMDB_CRASH_CHILD_DIR";
-
-fn body(i: u64) -> Vec<u8> {
-    format!("response for {i}: {}", "x".repeat((i % 97) as usize)).into_bytes()
-}
+use idemdb::Durability;
 
 #[test]
-#[ignore = "the child side of crash_kill9; run by the parent test"]
+#[ignore = "the child side of the crash test; run by the parent test"]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let start: u64 = std::env::var("IDEMDB_CRASH_START")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let store = Config::new(&dir)
-        .durability(Durability::Synced)
-        .sweep_interval(None)
-        .open()
-        .unwrap();
-    let mut out = std::io::stdout().lock();
-    for i in start.. {
-        let key = format!("k{i}");
-        let Claim::Acquired(lease) = store
-            .claim("crash", &key, b"fp", ClaimOptions::default())
-            .unwrap()
-        else {
-            panic!("fresh key not acquired")
-        };
-        let lease = if i % 5 == 0 {
-            store.fail(&lease, FailKind::Retryable).unwrap().unwrap();
-            match store
-                .claim("crash", &key, b"fp", ClaimOptions::default())
-                .unwrap()
-            {
-                Claim::Acquired(l) => l,
-                other => panic!("{other:?}"),
-            }
-        } else {
-            lease
-        };
-        if i % 3 == 0 {
-            store.checkpoint(&lease, "half", body(i)).unwrap().unwrap();
-        }
-        if i % 7 == 0 {
-            continue; // left pending, as a crashed worker would
-        }
-        store
-            .complete(&lease, Response::new(body(i)).with_status(201))
-            .unwrap()
-            .unwrap();
-        writeln!(out, "ACK {i} {}", lease.fence()).unwrap();
-        out.flush().unwrap();
-    }
+    completions_crash::child(Durability::Synced);
 }
 
 #[test]
 fn acknowledged_completions_survive_sigkill() {
-    let iterations: u64 = std::env::var("IDEMDB_CRASH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let dir = tempfile::tempdir().unwrap();
-    let mut acked: Vec<(u64, u64)> = Vec::new();
-    let mut max_fence = 0;
-    let mut rng = common::Xorshift::from_clock();
-    for iter in 0..iterations {
-        let start = iter * 1_000_000;
-        let mut child = common::spawn_child(
-            "crash_child",
-            &[
-                (CHILD_ENV, dir.path().display().to_string()),
-                ("IDEMDB_CRASH_START", start.to_string()),
-            ],
-        );
-        let reader = common::read_acks(&mut child);
-        common::kill_after_random_pause(&mut child, &mut rng, 30, 300);
-        let new_acks = reader.join().unwrap();
-        acked.extend(&new_acks);
-
-        // Reopen with a clock past every lease (30 s) but within retention (24 h).
-        let clock = ManualClock::new(SystemClock.now_millis() + 120_000);
-        let store = Config::new(dir.path())
-            .clock(clock)
-            .durability(Durability::Synced)
-            .sweep_interval(None)
-            .open()
-            .unwrap();
-        for &(i, fence) in &acked {
-            let info = store
-                .get("crash", format!("k{i}"))
-                .unwrap()
-                .expect("acked record present");
-            match info.state {
-                RecordState::Completed(r) => {
-                    assert_eq!(r.response.body, body(i), "iteration {iter}: k{i} intact");
-                    assert_eq!(r.response.status(), Some(201));
-                }
-                other => panic!("iteration {iter}: acked k{i} is {other:?}"),
-            }
-            assert_eq!(info.fence, fence);
-            max_fence = max_fence.max(fence);
-        }
-        // Every key the child touched in this run decodes; pending ones can be taken over.
-        let last = new_acks.last().map_or(start, |&(i, _)| i);
-        for i in start..=last + 2 {
-            let key = format!("k{i}");
-            if let Some(info) = store.get("crash", &key).unwrap() {
-                if let RecordState::Pending { .. } | RecordState::Released = info.state {
-                    match store
-                        .claim("crash", &key, b"fp", ClaimOptions::default())
-                        .unwrap()
-                    {
-                        Claim::Acquired(l) => {
-                            assert!(l.fence() > info.fence);
-                            assert!(l.fence() > max_fence);
-                            if let Some(cp) = l.checkpoint() {
-                                assert_eq!(cp.state, body(i));
-                            }
-                        }
-                        other => panic!("pending k{i} not taken over: {other:?}"),
-                    }
-                }
-            }
-        }
-        store.close().unwrap();
-    }
-    assert!(
-        acked.len() as u64 > iterations,
-        "the child made progress: {} acks",
-        acked.len()
-    );
-    println!(
-        "crash test: {iterations} SIGKILLs, {} acknowledged completions verified",
-        acked.len()
-    );
+    completions_crash::run(Durability::Synced, "crash_child");
 }
