@@ -492,6 +492,22 @@ struct RocksPeer<'a> {
     value: Vec<u8>,
 }
 
+impl<'a> RocksPeer<'a> {
+    /// A peer on `db` (opened by [`bare_rocksdb`]), syncing every write if `synced`.
+    fn new(db: &'a rocksdb::DB, synced: bool) -> R<RocksPeer<'a>> {
+        let mut wo = rocksdb::WriteOptions::default();
+        wo.set_sync(synced);
+        Ok(RocksPeer {
+            db,
+            rec: db.cf_handle("records").ok_or("no records cf")?,
+            idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
+            wo,
+            ro: rocksdb::ReadOptions::default(),
+            value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+        })
+    }
+}
+
 impl Peer for RocksPeer<'_> {
     fn claim(&mut self, key: &str) -> R<bool> {
         let e = |e: rocksdb::Error| e.to_string();
@@ -550,20 +566,7 @@ fn run_bare_rocksdb(rep: &mut Report, s: &Settings, synced: bool, prefix: &str) 
             .map_err(|e| e.to_string())
             .and_then(|dir| {
                 let db = bare_rocksdb(dir.path())?;
-                let rec = db.cf_handle("records").ok_or("no records cf")?;
-                let idx = db.cf_handle("expiry").ok_or("no expiry cf")?;
-                let make = || {
-                    let mut wo = rocksdb::WriteOptions::default();
-                    wo.set_sync(synced);
-                    Ok(RocksPeer {
-                        db: &db,
-                        rec,
-                        idx,
-                        wo,
-                        ro: rocksdb::ReadOptions::default(),
-                        value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-                    })
-                };
+                let make = || RocksPeer::new(&db, synced);
                 measure(&make, &format!("{prefix}-s{order}-t{t}"), keys, t)
             });
         match res {
@@ -1468,14 +1471,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
             &mut |me| {
                 let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
                 let db = bare_rocksdb(dir.path())?;
-                let mut peer = RocksPeer {
-                    db: &db,
-                    rec: db.cf_handle("records").ok_or("no records cf")?,
-                    idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
-                    wo: rocksdb::WriteOptions::default(),
-                    ro: rocksdb::ReadOptions::default(),
-                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-                };
+                let mut peer = RocksPeer::new(&db, false)?;
                 pair_rounds(me, &mut peer, (chunk_me, chunk_me), rounds, &tag("bare"))
             },
         );
@@ -1488,16 +1484,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
             &mut |me| {
                 let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
                 let db = bare_rocksdb(dir.path())?;
-                let mut wo = rocksdb::WriteOptions::default();
-                wo.set_sync(true);
-                let mut peer = RocksPeer {
-                    db: &db,
-                    rec: db.cf_handle("records").ok_or("no records cf")?,
-                    idx: db.cf_handle("expiry").ok_or("no expiry cf")?,
-                    wo,
-                    ro: rocksdb::ReadOptions::default(),
-                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-                };
+                let mut peer = RocksPeer::new(&db, true)?;
                 pair_rounds(me, &mut peer, (synced, synced), rounds, &tag("bare-synced"))
             },
         );
