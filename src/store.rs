@@ -645,8 +645,9 @@ impl Store {
     /// Reads the record of `rkey` at `now` for a claim with `fingerprint`: the claim's answer when
     /// the stored record alone decides it (mismatch, replay, in progress), decoded from a borrowed
     /// view so that only the answer is allocated; otherwise what the claim must decide on. Shared
-    /// by the locked claim and the lock-free peek, so both answer alike. Counts mismatches and
-    /// replays; the caller counts an in-progress answer if it gives one.
+    /// by the claim (before and, if the stripe saw a write meanwhile, again under the stripe) and
+    /// the HTTP layer's peek, so both answer alike. Counts mismatches and replays; the caller
+    /// counts an in-progress answer if it gives one.
     fn inspect(&self, rkey: &[u8], fingerprint: &[u8], now: Millis) -> Result<Inspected> {
         let m = &self.inner.metrics;
         self.inner.engine.get_with(Cf::Records, rkey, |v| {
