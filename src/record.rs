@@ -258,7 +258,8 @@ pub(crate) struct Record {
 /// A borrowed view of a stored record, for the paths that only answer from it (a replay, a
 /// mismatch, an in-progress claim): the fingerprint and the response body point into the stored
 /// bytes, so nothing is allocated before the answer is known. Field for field the serde shape of
-/// [`Record`] (checked by `codec::tests::view_reads_every_record_shape`).
+/// [`Record`]; `codec` reads it by hand from those bytes, and its tests hold that reader to this
+/// type's serde decoder (`hand_view_decodes_as_serde_does`).
 #[derive(Debug, Deserialize)]
 pub(crate) struct RecordView<'a> {
     #[serde(skip)]

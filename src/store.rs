@@ -1,9 +1,9 @@
 //! The store: request idempotency records on the engine. Invariants: every decision that writes a
 //! key is made under that key's lock stripe, from one read no older than the stripe's last write,
 //! and written with one atomic batch that carries the record and its expiry-index entry; an answer
-//! that writes nothing is given from one read, with or without the stripe; a fencing token is handed out only after a high-water
-//! mark at or above it was written; time never goes backwards from the store's view; an expired
-//! record is treated as absent by every read.
+//! that writes nothing is given from one read, with or without the stripe; a fencing token is
+//! handed out only after a high-water mark at or above it was written; time never goes backwards
+//! from the store's view; an expired record is treated as absent by every read.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -240,23 +240,24 @@ impl Store {
             }
         };
         self.write_record(&rkey, old_slot, &new)?;
-        stripe.written(&rkey, &new);
-        drop(stripe);
-        Metrics::bump(&m.acquired);
-        if takeover {
-            Metrics::bump(&m.takeover);
-        }
-        Ok(Claim::Acquired(Lease {
+        let lease = Lease {
             tenant: tenant.to_vec(),
             key: key.to_vec(),
             fence: new.fence,
             until: lease_until,
             attempt: new.attempts,
             takeover,
-            checkpoint: new.checkpoint,
+            checkpoint: new.checkpoint.clone(),
             store_id: self.inner.store_id,
             consumer,
-        }))
+        };
+        stripe.written(&rkey, new);
+        drop(stripe);
+        Metrics::bump(&m.acquired);
+        if takeover {
+            Metrics::bump(&m.takeover);
+        }
+        Ok(Claim::Acquired(lease))
     }
 
     /// Stores `response` as the result of the leased operation. Later claims replay it.
@@ -757,9 +758,10 @@ impl Store {
         let slot = rec.index_slot();
         let out = f(&mut rec, now)?;
         self.write_record(&rkey, Some(slot), &rec)?;
-        stripe.written(&rkey, &rec);
+        let finished = !matches!(rec.state, State::Pending { .. });
+        stripe.written(&rkey, rec);
         drop(stripe);
-        if !matches!(rec.state, State::Pending { .. }) {
+        if finished {
             self.notify_finished();
         }
         Ok(Ok(out))

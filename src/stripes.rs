@@ -198,7 +198,7 @@ impl Stripe {
 
     /// Notes that `rec` was just written for `key`: remembers it if it is a pending record worth
     /// keeping (no recovery point, a short fingerprint), and forgets any older one either way.
-    pub(crate) fn written(&mut self, key: &[u8], rec: &Record) {
+    pub(crate) fn written(&mut self, key: &[u8], rec: Record) {
         self.forget(key);
         let keep = matches!(rec.state, State::Pending { .. })
             && rec.checkpoint.is_none()
@@ -207,7 +207,7 @@ impl Stripe {
             if self.held.len() >= HELD_PER_STRIPE {
                 self.held.remove(0);
             }
-            self.held.push((key.into(), rec.clone()));
+            self.held.push((key.into(), rec));
         }
     }
 }
@@ -234,16 +234,16 @@ mod tests {
     #[test]
     fn remembers_pending_records_only_and_replaces_older_ones() {
         let mut s = Stripe::default();
-        s.written(b"a", &pending(1));
-        s.written(b"a", &pending(2));
+        s.written(b"a", pending(1));
+        s.written(b"a", pending(2));
         assert_eq!(s.held.len(), 1);
         assert_eq!(s.take(b"a").map(|r| r.fence), Some(2));
         assert!(s.take(b"a").is_none(), "take removes");
 
-        s.written(b"b", &pending(3));
+        s.written(b"b", pending(3));
         let mut done = pending(3);
         done.state = State::Released;
-        s.written(b"b", &done);
+        s.written(b"b", done);
         assert!(
             s.take(b"b").is_none(),
             "a record that is not pending is not kept"
@@ -254,10 +254,10 @@ mod tests {
             phase: "p".into(),
             state: vec![0; 8],
         });
-        s.written(b"c", &cp);
+        s.written(b"c", cp);
         let mut long = pending(5);
         long.fingerprint = vec![0; HELD_FINGERPRINT_MAX + 1];
-        s.written(b"d", &long);
+        s.written(b"d", long);
         assert!(
             s.held.is_empty(),
             "checkpoints and long fingerprints are not kept"
@@ -268,7 +268,7 @@ mod tests {
     fn a_full_stripe_evicts_its_oldest_record() {
         let mut s = Stripe::default();
         for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
-            s.written(*k, &pending(i as u64));
+            s.written(*k, pending(i as u64));
         }
         assert_eq!(s.held.len(), HELD_PER_STRIPE);
         assert!(s.take(b"a").is_none());
