@@ -1,5 +1,6 @@
-//! A principal longer than the store's tenant limit (64 bytes) is not refused: it is replaced by
-//! its SHA-256, so two long principals that share their first 64 bytes still never share a key.
+//! A principal longer than the store's tenant limit (64 bytes) is not refused: it is stored under
+//! a tagged hash of itself (`h` + SHA-256 hex), so two long principals that share their first 64
+//! bytes still never share a key.
 #![cfg(feature = "http")]
 #[path = "common/http.rs"]
 mod common;
@@ -38,4 +39,15 @@ async fn long_principals_are_hashed_not_shared() {
     assert!(again_a.replayed());
     assert_eq!(again_a.body, first_a.body);
     assert_eq!(srv.calls.pay.load(Ordering::SeqCst), 2);
+
+    // Each is stored under its own hashed tenant, within the limit.
+    let (ta, tb) = (
+        srv.layer.tenant_of(&a).unwrap(),
+        srv.layer.tenant_of(&b).unwrap(),
+    );
+    assert_ne!(ta, tb);
+    for t in [&ta, &tb] {
+        assert!(t.starts_with('h') && t.len() == 64, "{t}");
+        assert!(srv.store.get(t, "k").unwrap().is_some(), "{t}");
+    }
 }

@@ -1,5 +1,6 @@
 //! Keys are scoped by principal: bob using alice's key neither replays her response, nor gets a
-//! 409 while hers runs, nor a 422 for a different body; each runs his own request.
+//! 409 while hers runs, nor a 422 for a different body; each runs his own request, and so does a
+//! principal spelled like alice's stored tenant.
 #![cfg(feature = "http")]
 #[path = "common/http.rs"]
 mod common;
@@ -57,5 +58,16 @@ async fn principals_never_share_keys() {
         .send(&c)
         .await;
     assert!(!carol.replayed());
-    assert_eq!(srv.calls.pay.load(Ordering::SeqCst), 3);
+    // Nor does a principal spelled like alice's stored tenant (`p` + her principal).
+    let tagged = srv.layer.tenant_of("alice").expect("alice's tenant");
+    assert_eq!(tagged, "palice");
+    let spelled = req(srv.addr, "POST", "/pay")
+        .key("shared")
+        .user(&tagged)
+        .body("alice pays 5")
+        .send(&c)
+        .await;
+    assert_eq!(spelled.status, 201);
+    assert!(!spelled.replayed());
+    assert_eq!(srv.calls.pay.load(Ordering::SeqCst), 4);
 }

@@ -22,12 +22,75 @@
 //! axum::serve(listener, app).await.unwrap();
 //! # }
 //! ```
+//!
+//! # Problem codes
+//!
+//! Every refusal the layer makes itself is an RFC 9457 `application/problem+json` document with
+//! `type`, `title`, `status`, a stable machine-readable `code` (one of those below) and a `detail`
+//! saying what to change. Its `type` is the documentation base followed by the code (by default
+//! this page, so that `type` points at the code's entry below; see
+//! [`IdempotencyLayer::problem_type_base`]), and the response carries the same URI in
+//! `Link: <type>; rel="help"`. Responses of the handler itself pass through unchanged.
+//!
+//! ### `idempotency-key-missing`
+//! **400 Bad Request.** The method is one the layer applies to, `require_key(true)` is set, and
+//! the request has no `Idempotency-Key` header. Send one: a unique value per operation, the same
+//! on every retry of it.
+//!
+//! ### `idempotency-key-invalid`
+//! **400 Bad Request.** The `Idempotency-Key` header was sent more than once, is empty, is longer
+//! than the layer's `max_key_len`, or is neither a structured-field string (`"abc"`, escapes `\"`
+//! and `\\` only) nor a bare token of visible ASCII without `"` `\` `,` `;` (the `detail` says
+//! which). Also sent if the store refuses the key.
+//!
+//! ### `request-body-unreadable`
+//! **400 Bad Request.** The request body failed before its end, so it could not be fingerprinted;
+//! the handler did not run.
+//!
+//! ### `principal-missing`
+//! **401 Unauthorized.** The principal function returned no principal (or an empty one) for this
+//! request: keys are scoped by the caller, so an anonymous request cannot use one.
+//!
+//! ### `request-too-large`
+//! **413 Content Too Large.** The request body is larger than `max_request_bytes` (1 MiB by
+//! default), the most the layer reads to fingerprint it.
+//!
+//! ### `idempotency-key-reused`
+//! **422 Unprocessable Content.** This key was already used by the same principal with a different
+//! request (method, path, query, body or a fingerprinted header). Nothing was run or changed; use a
+//! new key for a new operation.
+//!
+//! ### `idempotency-key-in-progress`
+//! **409 Conflict.** A request with this key is still being processed. Retry after the
+//! `Retry-After` delay (see [`WhileRunning::Reject`] for how it is chosen) to get its response.
+//!
+//! ### `idempotency-store-busy`
+//! **503 Service Unavailable**, with `Retry-After: 1`. The idempotency store is momentarily busy;
+//! the request was not processed.
+//!
+//! ### `idempotency-store-failed`
+//! **500 Internal Server Error.** The idempotency store failed; the request was not processed.
+//!
+//! ### `principal-unstorable`
+//! **500 Internal Server Error.** The principal does not fit the store's tenant limit and the limit
+//! (`max_tenant_len` below 33 bytes) leaves no room for its hash (see
+//! [`IdempotencyLayer::principal`]); a configuration error, the request was not processed.
+//!
+//! ### `handler-panicked`
+//! **500 Internal Server Error.** The handler panicked; the key was released, so the request may
+//! be retried.
+//!
+//! ### `handler-body-failed`
+//! **502 Bad Gateway.** The handler's response body failed before its end; the key was released,
+//! so the request may be retried.
 
 mod body;
+mod estimate;
 mod key;
 mod problem;
 mod service;
 mod stored;
+mod tenant;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,6 +112,15 @@ type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 #[non_exhaustive]
 pub enum WhileRunning {
     /// `409 Conflict` with `Retry-After` (the default, as the IETF draft and Stripe do).
+    ///
+    /// `Retry-After` (whole seconds) follows how long such requests take: the layer keeps a moving
+    /// average of handler durations (each new duration weighs a quarter) per route, a route being
+    /// the request's method and path, for up to 1,024 routes; requests of other routes, and of a
+    /// route none of whose requests has finished yet, use the average over every route. The
+    /// delay is that estimate minus the time since the running request's lease was last taken or
+    /// renewed (the layer's lease minus the lease remaining), rounded up to whole seconds, at least
+    /// 1 and at most the remaining lease rounded up; 1 when no handler has finished yet. A 50 ms
+    /// handler's duplicate thus gets `Retry-After: 1`, not the 30 s lease.
     Reject,
     /// Wait up to this long for the first request to finish and replay its response; 409 after.
     Wait(Duration),
@@ -83,6 +155,8 @@ pub(crate) struct Options {
     pub(crate) max_request_bytes: usize,
     pub(crate) lease: Duration,
     pub(crate) retention: Duration,
+    pub(crate) problem_docs: String,
+    pub(crate) durations: Arc<estimate::Durations>,
     pub(crate) stats: Arc<Counters>,
 }
 
@@ -102,6 +176,7 @@ impl IdempotencyLayer {
                 fingerprint_headers: vec![header::CONTENT_TYPE],
                 replay_headers: vec![
                     header::CONTENT_TYPE,
+                    header::CONTENT_ENCODING,
                     header::LOCATION,
                     header::ETAG,
                     header::CONTENT_LOCATION,
@@ -112,6 +187,8 @@ impl IdempotencyLayer {
                 max_request_bytes: 1 << 20,
                 lease,
                 retention,
+                problem_docs: problem::DEFAULT_DOCS.to_owned(),
+                durations: Arc::new(estimate::Durations::default()),
                 stats: Arc::new(Counters::default()),
             }),
         }
@@ -144,10 +221,24 @@ impl IdempotencyLayer {
 
     /// Who is asking: every key is scoped by the principal (account, tenant, API key id) this
     /// function returns, so one principal can never replay, block or probe another's response.
-    /// `None` (or an empty string) refuses the request with 401. Principals longer than the
-    /// store's tenant limit are replaced by their SHA-256 ([`crate::derive_key`]).
+    /// `None` (or an empty string) refuses the request with 401 (`principal-missing`).
     /// Default: one shared principal, `"anonymous"`: set this in any service with more than one
     /// caller.
+    ///
+    /// The store's tenant of a principal (see [`IdempotencyLayer::tenant_of`]) is one tag byte
+    /// followed by either the principal or its hash, so that no principal can ever spell another's
+    /// tenant:
+    /// - `p` + the principal's bytes, when that fits the store's `max_tenant_len` (64 bytes by
+    ///   default, so principals of up to 63 bytes);
+    /// - otherwise `h` + the first `min(64, max_tenant_len - 1)` hex digits of
+    ///   [`crate::derive_key`]`(&[principal.as_bytes()])` (its SHA-256; 63 digits by default).
+    ///
+    /// A store whose `max_tenant_len` is below 33 has no room for 32 hex digits: a principal too
+    /// long for it literally is refused with 500 (`principal-unstorable`).
+    ///
+    /// Stores written by versions before this scheme kept a principal as the tenant itself (or its
+    /// 64-digit hash when longer than the limit): their stored responses are not found under the
+    /// new tenants, so a retry of a request made before the upgrade runs its handler again.
     #[must_use]
     pub fn principal(self, f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
         self.with(|o| o.principal = Arc::new(f))
@@ -162,7 +253,10 @@ impl IdempotencyLayer {
     }
 
     /// The response headers stored and replayed. `Set-Cookie` is never stored, even if listed.
-    /// Default: `Content-Type`, `Location`, `ETag`, `Content-Location`, `Last-Modified`.
+    /// Default: `Content-Type`, `Content-Encoding` (the body is stored as sent, so a compressed
+    /// body replays with its encoding), `Location`, `ETag`, `Content-Location`, `Last-Modified`.
+    /// Only values of visible ASCII (and tab) are stored: a value with any other byte is left out
+    /// of the replay without an error, and so is the header if none of its values is left.
     #[must_use]
     pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         let names = names
@@ -172,7 +266,8 @@ impl IdempotencyLayer {
         self.with(|o| o.replay_headers = names)
     }
 
-    /// What a duplicate gets while the first request runs. Default: [`WhileRunning::Reject`].
+    /// What a duplicate gets while the first request runs. Default: [`WhileRunning::Reject`] (409
+    /// with a `Retry-After` estimated from how long the route's handlers take).
     #[must_use]
     pub fn while_running(self, w: WhileRunning) -> Self {
         self.with(|o| o.while_running = w)
@@ -203,6 +298,28 @@ impl IdempotencyLayer {
     #[must_use]
     pub fn retention(self, d: Duration) -> Self {
         self.with(|o| o.retention = d)
+    }
+
+    /// Where problem documents point for their documentation: a problem's `type` is this base
+    /// followed by its code, and the same URI is sent in `Link: <uri>; rel="help"`, on every
+    /// problem response the layer makes (400, 401, 409, 413, 422, 500, 502, 503; see
+    /// [Problem codes](crate::http#problem-codes)). Give a base that ends where the code goes, for
+    /// example `https://api.example.com/docs/errors#`. The `Link` header is left out when the URI
+    /// holds a byte outside visible ASCII or `<` `>`. An empty base gives `type: "about:blank"`
+    /// and no `Link`. Default: this version's module documentation on docs.rs,
+    /// `https://docs.rs/idemdb/<version>/idemdb/http/index.html#`, whose "Problem codes" section
+    /// has an anchor per code.
+    #[must_use]
+    pub fn problem_type_base(self, base: impl Into<String>) -> Self {
+        let base = base.into();
+        self.with(|o| o.problem_docs = base)
+    }
+
+    /// The store tenant under which this layer keeps `principal`'s keys (see
+    /// [`IdempotencyLayer::principal`]), for example to inspect or forget a record with the
+    /// `idemdb` command; `None` for an empty principal or one the store cannot hold.
+    pub fn tenant_of(&self, principal: &str) -> Option<String> {
+        tenant::tenant_of(principal, self.opts.store.config().max_tenant_len).ok()
     }
 
     /// What the layer has done so far (shared by every service this layer built).
@@ -243,6 +360,9 @@ pub struct HttpStats {
     pub lease_lost: u64,
     /// Store errors (answered 503 or 500; the handler never ran for a failed claim).
     pub store_errors: u64,
+    /// Keys acquired for a client that had gone away before the claim answered (a synced store
+    /// claims on the blocking pool): released at once, the handler never ran.
+    pub abandoned: u64,
 }
 
 #[derive(Default)]
@@ -257,6 +377,7 @@ pub(crate) struct Counters {
     pub(crate) oversized: AtomicU64,
     pub(crate) lease_lost: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) abandoned: AtomicU64,
 }
 
 impl Counters {
@@ -277,6 +398,7 @@ impl Counters {
             oversized: g(&self.oversized),
             lease_lost: g(&self.lease_lost),
             store_errors: g(&self.store_errors),
+            abandoned: g(&self.abandoned),
         }
     }
 }

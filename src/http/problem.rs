@@ -1,17 +1,39 @@
 //! Problem responses (RFC 9457 `application/problem+json`). Invariant: every refusal the layer
-//! makes itself is one of these, with a stable machine-readable `code` and a detail that says what
-//! to change; nothing from the request is echoed unescaped.
+//! makes itself is one of these, with a stable machine-readable `code`, a `type` that is the
+//! documentation base followed by that code (`about:blank` when there is no base) and a detail
+//! that says what to change; nothing from the request is echoed unescaped.
 
 use http::{header, HeaderValue, Response, StatusCode};
 
 use super::body::{full, HttpBody};
 
+/// The default documentation base: this version's `idemdb::http` docs on docs.rs, whose
+/// "Problem codes" section has an anchor per code.
+pub(crate) const DEFAULT_DOCS: &str = concat!(
+    "https://docs.rs/idemdb/",
+    env!("CARGO_PKG_VERSION"),
+    "/idemdb/http/index.html#"
+);
+
 /// A problem document for `status`, with a stable `code` (for example `idempotency-key-missing`)
-/// and a human-readable `detail`.
-pub(crate) fn problem(status: StatusCode, code: &str, detail: &str) -> Response<HttpBody> {
+/// and a human-readable `detail`. With a non-empty `docs` base, its `type` is `docs` + `code` and
+/// the response links to it with `Link: <docs + code>; rel="help"` (the header is left out if that
+/// URI cannot be sent in one: a byte outside visible ASCII, or `<` `>`).
+pub(crate) fn problem(
+    docs: &str,
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+) -> Response<HttpBody> {
     let title = status.canonical_reason().unwrap_or("Error");
+    let uri = if docs.is_empty() {
+        "about:blank".to_owned()
+    } else {
+        format!("{docs}{code}")
+    };
     let body = format!(
-        "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"code\":{},\"detail\":{}}}",
+        "{{\"type\":{},\"title\":{},\"status\":{},\"code\":{},\"detail\":{}}}",
+        json_string(&uri),
         json_string(title),
         status.as_u16(),
         json_string(code),
@@ -19,10 +41,16 @@ pub(crate) fn problem(status: StatusCode, code: &str, detail: &str) -> Response<
     );
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
+    let headers = resp.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
+    if !docs.is_empty() && !uri.contains(['<', '>']) {
+        if let Ok(link) = HeaderValue::from_str(&format!("<{uri}>; rel=\"help\"")) {
+            headers.insert(header::LINK, link);
+        }
+    }
     resp
 }
 
@@ -46,11 +74,48 @@ fn json_string(s: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::json_string;
+    use super::*;
+    use http_body_util::BodyExt;
 
     #[test]
     fn json_strings_are_escaped() {
         assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+
+    fn body_of(resp: Response<HttpBody>) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt.block_on(async { resp.into_body().collect().await.unwrap().to_bytes() });
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn type_and_link_name_the_code_under_the_docs_base() {
+        let resp = problem(
+            DEFAULT_DOCS,
+            StatusCode::BAD_REQUEST,
+            "idempotency-key-missing",
+            "d",
+        );
+        let uri = format!("{DEFAULT_DOCS}idempotency-key-missing");
+        assert!(uri.starts_with("https://docs.rs/idemdb/"));
+        assert_eq!(
+            resp.headers()[header::LINK],
+            format!("<{uri}>; rel=\"help\"").as_str()
+        );
+        assert!(
+            body_of(resp).starts_with(&format!("{{\"type\":\"{uri}\",\"title\":\"Bad Request\""))
+        );
+
+        let bare = problem("", StatusCode::CONFLICT, "c", "d");
+        assert!(bare.headers().get(header::LINK).is_none());
+        assert!(body_of(bare).starts_with("{\"type\":\"about:blank\""));
+
+        let odd = problem("https://x/<y>#", StatusCode::CONFLICT, "c", "d");
+        assert!(odd.headers().get(header::LINK).is_none());
+        assert!(body_of(odd).starts_with("{\"type\":\"https://x/<y>#c\""));
     }
 }

@@ -1,8 +1,9 @@
-//! The service the layer wraps around a handler. Invariant: once a request holds a key's lease,
+//! The service the layer wraps around a handler. Invariant: once a claim acquires a key's lease,
 //! the handler and the recording of its outcome always end by storing the response or releasing
 //! the key, whether or not the client is still connected (a dropped request hands its unfinished
-//! work to the runtime) and whether or not the handler panics;
-//! store calls that may sync the disk run on tokio's blocking pool, never on a runtime worker.
+//! work to the runtime; a claim still on the blocking pool when its request is dropped releases
+//! what it acquires) and whether or not the handler panics; store calls that may sync the disk
+//! run on tokio's blocking pool, never on a runtime worker.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -16,11 +17,14 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response as HttpResponse, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::oneshot;
 
 use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
+use super::estimate::{retry_after_secs, Route};
 use super::key::{fingerprint_request, parse_key};
 use super::problem::problem;
 use super::stored::{meta_of, meta_size, replay_response};
+use super::tenant::{tenant_of, NoTenant};
 use super::{Counters, Options, WhileRunning};
 use crate::config::Durability;
 use crate::error::{Error, Result};
@@ -88,7 +92,7 @@ where
             Ok(k) => k,
             Err(e) => {
                 let code = "idempotency-key-invalid";
-                return Ok(refuse(stats, StatusCode::BAD_REQUEST, code, &e.detail()));
+                return Ok(refuse(&opts, StatusCode::BAD_REQUEST, code, &e.detail()));
             }
         }
     } else {
@@ -98,29 +102,37 @@ where
         if opts.require_key && opts.methods.contains(req.method()) {
             let detail = "this endpoint requires an Idempotency-Key header";
             let code = "idempotency-key-missing";
-            return Ok(refuse(stats, StatusCode::BAD_REQUEST, code, detail));
+            return Ok(refuse(&opts, StatusCode::BAD_REQUEST, code, detail));
         }
         Counters::bump(&stats.passed_through);
         return inner.call(req).await.map(|r| r.map(boxed));
     };
 
     let (parts, body) = req.into_parts();
-    let tenant = match (opts.principal)(&parts) {
-        Some(p) if !p.is_empty() => p,
-        _ => {
+    let principal = (opts.principal)(&parts).unwrap_or_default();
+    let tenant = match tenant_of(&principal, opts.store.config().max_tenant_len) {
+        Ok(t) => t,
+        Err(NoTenant::Empty) => {
             let detail = "an Idempotency-Key is scoped by the caller, and this request has none";
             return Ok(refuse(
-                stats,
+                &opts,
                 StatusCode::UNAUTHORIZED,
                 "principal-missing",
                 detail,
             ));
         }
-    };
-    let tenant = if tenant.len() > opts.store.config().max_tenant_len {
-        crate::keys::derive_key(&[tenant.as_bytes()])
-    } else {
-        tenant
+        Err(NoTenant::LimitTooSmall { max_tenant_len }) => {
+            let detail = format!(
+                "the caller's principal is longer than the idempotency store's tenant limit \
+                 ({max_tenant_len} bytes), which is too small to hold its hash"
+            );
+            return Ok(refuse(
+                &opts,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "principal-unstorable",
+                &detail,
+            ));
+        }
     };
     let body = match Limited::new(body, opts.max_request_bytes).collect().await {
         Ok(c) => c.to_bytes(),
@@ -130,7 +142,7 @@ where
                 opts.max_request_bytes
             );
             return Ok(refuse(
-                stats,
+                &opts,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request-too-large",
                 &detail,
@@ -139,7 +151,7 @@ where
         Err(_) => {
             let detail = "the request body could not be read to its end";
             return Ok(refuse(
-                stats,
+                &opts,
                 StatusCode::BAD_REQUEST,
                 "request-body-unreadable",
                 detail,
@@ -147,6 +159,7 @@ where
         }
     };
     let fp = fingerprint_request(&parts, &opts.fingerprint_headers, &body);
+    let route = opts.durations.route(&parts.method, parts.uri.path());
 
     let claim_opts = ClaimOptions::default()
         .lease(opts.lease)
@@ -171,11 +184,11 @@ where
             Ok(Some(answer)) => Ok(answer),
             Ok(None) | Err(_) => {
                 let (t, k, f, o) = (tenant.clone(), key.clone(), fp.clone(), claim_opts);
-                blocking(&opts.store, move |s| s.claim(&*t, &*k, &*f, o)).await
+                claim_guarded(&opts, move |s| s.claim(&*t, &*k, &*f, o)).await
             }
         };
         match claim {
-            Err(e) => return Ok(store_error(stats, &e)),
+            Err(e) => return Ok(store_error(&opts, &e)),
             Ok(Claim::Acquired(lease)) => break lease,
             Ok(Claim::Completed(r) | Claim::Failed(r)) => {
                 Counters::bump(&stats.replayed);
@@ -186,6 +199,7 @@ where
                 let detail = "this Idempotency-Key was already used with a different request \
                               (method, path, query, body or fingerprinted headers)";
                 return Ok(problem(
+                    &opts.problem_docs,
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "idempotency-key-reused",
                     detail,
@@ -195,7 +209,9 @@ where
                 let now = Instant::now();
                 if now >= deadline {
                     Counters::bump(&stats.in_progress);
-                    return Ok(in_progress(retry_after));
+                    let estimate = opts.durations.estimate(route);
+                    let secs = retry_after_secs(retry_after, opts.lease, estimate);
+                    return Ok(in_progress(&opts, secs));
                 }
                 let pause = retry_after
                     .min(deadline - now)
@@ -208,7 +224,95 @@ where
     // From here on the outcome must be recorded even if this future is dropped (the client went
     // away): if it is, `Detached` hands the rest to the runtime to finish.
     let req = Request::from_parts(parts, B::from(body));
-    Detached::new(run_leased(opts, inner, req, lease)).await
+    Detached::new(run_leased(opts, inner, req, lease, route)).await
+}
+
+/// Runs a claim: inline on a store that never syncs; on a synced store, on tokio's blocking pool
+/// inside a [`PooledClaim`], so that a lease acquired for a request that is dropped meanwhile (its
+/// client went away) is released instead of left pending until it runs out.
+async fn claim_guarded<F>(opts: &Options, f: F) -> Result<Claim>
+where
+    F: FnOnce(&Store) -> Result<Claim> + Send + 'static,
+{
+    if opts.store.config().durability == Durability::Buffered {
+        return f(&opts.store);
+    }
+    let (tx, rx) = oneshot::channel();
+    let (store, stats) = (opts.store.clone(), opts.stats.clone());
+    // The pool runs the closure even if nobody waits for its handle any more.
+    drop(tokio::task::spawn_blocking(move || {
+        if let Err(Ok(Claim::Acquired(lease))) = tx.send(f(&store)) {
+            // The request was dropped before the answer arrived: nobody will use the lease.
+            release_abandoned(&store, &stats, &lease);
+        }
+    }));
+    PooledClaim {
+        rx: Some(rx),
+        store: opts.store.clone(),
+        stats: opts.stats.clone(),
+    }
+    .await
+}
+
+/// The answer of a claim running on the blocking pool. Exactly one side releases a lease that the
+/// request will never use: the pool thread, if this future was dropped before the answer was sent
+/// (the send fails), or this future's drop, if the answer was sent but not taken (the receiver is
+/// closed first, so the two cannot both see the lease).
+struct PooledClaim {
+    rx: Option<oneshot::Receiver<Result<Claim>>>,
+    store: Store,
+    stats: Arc<Counters>,
+}
+
+impl Future for PooledClaim {
+    type Output = Result<Claim>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Claim>> {
+        let this = self.get_mut();
+        let Some(rx) = this.rx.as_mut() else {
+            return Poll::Pending; // polled after completion: never ready again
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(answer) => {
+                this.rx = None;
+                Poll::Ready(answer.unwrap_or_else(|_| {
+                    Err(Error::Engine(
+                        "the claim on the blocking pool did not finish".into(),
+                    ))
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for PooledClaim {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        if let Ok(Ok(Claim::Acquired(lease))) = rx.try_recv() {
+            let (store, stats) = (self.store.clone(), self.stats.clone());
+            match tokio::runtime::Handle::try_current() {
+                // The release may sync: on the pool, not on the worker dropping this future.
+                Ok(rt) => {
+                    drop(rt.spawn_blocking(move || release_abandoned(&store, &stats, &lease)))
+                }
+                // Outside a runtime no worker can be stalled: release here.
+                Err(_) => release_abandoned(&store, &stats, &lease),
+            }
+        }
+    }
+}
+
+/// Releases a lease acquired for a request that was dropped before it could use it.
+fn release_abandoned(store: &Store, stats: &Counters, lease: &Lease) {
+    match store.fail(lease, FailKind::Retryable) {
+        Ok(Ok(())) => Counters::bump(&stats.abandoned),
+        Ok(Err(_)) => Counters::bump(&stats.lease_lost),
+        Err(_) => Counters::bump(&stats.store_errors),
+    }
 }
 
 /// A future that is finished even if its owner drops it: an unfinished future is spawned on the
@@ -285,6 +389,7 @@ async fn run_leased<S, B, RB>(
     mut inner: S,
     req: Request<B>,
     mut lease: Lease,
+    route: Route,
 ) -> Reply<S::Error>
 where
     S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Send + 'static,
@@ -312,6 +417,7 @@ where
 
     let every = (opts.lease / 3).max(Duration::from_millis(10));
     let mut renewing = true;
+    let started = Instant::now();
     let ran = loop {
         tokio::select! {
             r = &mut handler => break r,
@@ -332,6 +438,7 @@ where
             }
         }
     };
+    opts.durations.record(route, started.elapsed());
 
     match ran {
         Some(Ran::Whole(parts, meta, bytes)) => {
@@ -362,6 +469,7 @@ where
         Some(Ran::BodyFailed) => {
             release(&opts, lease, &stats.released).await;
             Ok(problem(
+                &opts.problem_docs,
                 StatusCode::BAD_GATEWAY,
                 "handler-body-failed",
                 "the handler's response body failed before its end; the key was released",
@@ -370,6 +478,7 @@ where
         None => {
             release(&opts, lease, &stats.released).await;
             Ok(problem(
+                &opts.problem_docs,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "handler-panicked",
                 "the handler panicked; the key was released and the request may be retried",
@@ -404,34 +513,32 @@ where
     }
 }
 
-fn refuse(
-    stats: &Counters,
-    status: StatusCode,
-    code: &str,
-    detail: &str,
-) -> HttpResponse<HttpBody> {
-    Counters::bump(&stats.refused);
-    problem(status, code, detail)
+fn refuse(opts: &Options, status: StatusCode, code: &str, detail: &str) -> HttpResponse<HttpBody> {
+    Counters::bump(&opts.stats.refused);
+    problem(&opts.problem_docs, status, code, detail)
 }
 
-fn in_progress(retry_after: Duration) -> HttpResponse<HttpBody> {
+/// The 409 for a duplicate, asked to retry after `secs` seconds (at least 1).
+fn in_progress(opts: &Options, secs: u64) -> HttpResponse<HttpBody> {
     let mut resp = problem(
+        &opts.problem_docs,
         StatusCode::CONFLICT,
         "idempotency-key-in-progress",
         "a request with this Idempotency-Key is still being processed; retry after the \
          Retry-After delay to get its response",
     );
-    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     resp
 }
 
-fn store_error(stats: &Counters, e: &Error) -> HttpResponse<HttpBody> {
-    Counters::bump(&stats.store_errors);
+fn store_error(opts: &Options, e: &Error) -> HttpResponse<HttpBody> {
+    Counters::bump(&opts.stats.store_errors);
+    let docs = opts.problem_docs.as_str();
     match e {
         Error::Busy(_) | Error::Contention { .. } => {
             let mut resp = problem(
+                docs,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "idempotency-store-busy",
                 "the idempotency store is busy; retry shortly",
@@ -441,11 +548,13 @@ fn store_error(stats: &Counters, e: &Error) -> HttpResponse<HttpBody> {
             resp
         }
         Error::InvalidInput(_) => problem(
+            docs,
             StatusCode::BAD_REQUEST,
             "idempotency-key-invalid",
             &format!("the idempotency store refused the key: {e}"),
         ),
         _ => problem(
+            docs,
             StatusCode::INTERNAL_SERVER_ERROR,
             "idempotency-store-failed",
             "the idempotency store failed; the request was not processed",

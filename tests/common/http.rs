@@ -26,6 +26,7 @@ pub struct Calls {
     pub boom: AtomicU64,
     pub big: AtomicU64,
     pub panic: AtomicU64,
+    pub encoded: AtomicU64,
 }
 
 pub struct Server {
@@ -72,6 +73,7 @@ pub async fn serve(
         .route("/big", post(big))
         .route("/panic", post(panic))
         .route("/free", post(pay).get(pay))
+        .route("/encoded", post(encoded))
         .layer(layer.clone())
         .with_state(calls.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -113,6 +115,24 @@ async fn pay(
         ],
         format!("payment {n} for {}", String::from_utf8_lossy(&body)),
     )
+}
+
+/// A "compressed" body (the layer never looks inside) with its `Content-Encoding`, and an
+/// `x-note` header with one value of visible ASCII and one with UTF-8 bytes.
+async fn encoded(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
+    let n = calls.encoded.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut resp = (StatusCode::OK, vec![0x1f, 0x8b, 0x08, n as u8]).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        "content-encoding",
+        axum::http::HeaderValue::from_static("gzip"),
+    );
+    h.append("x-note", axum::http::HeaderValue::from_static("plain"));
+    h.append(
+        "x-note",
+        axum::http::HeaderValue::from_bytes("café".as_bytes()).expect("obs-text value"),
+    );
+    resp
 }
 
 async fn boom(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
