@@ -11,8 +11,15 @@ pub type Millis = u64;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 ///
-/// The store never trusts a clock to be monotonic: it keeps the highest time it has seen and never
-/// goes back from it, so a clock stepping backwards cannot resurrect an expired record or a lease.
+/// The store never trusts a clock to be monotonic: its time ([`crate::Store::now`]) is the
+/// largest reading it has used, so a clock stepping backwards (an NTP correction, a restored VM
+/// snapshot) cannot resurrect an expired record or a lease that ran out. This holds across
+/// restarts too: before its time passes a mark, the store writes the mark (one second ahead of
+/// the reading, with the store's durability) to its `meta` column family, and a reopened store
+/// starts at the mark. After a clean close (or drop of the last handle) the mark is the last time
+/// used exactly; after a crash the store's time may resume up to one second ahead of the last time
+/// it used. While the clock reads earlier than the store's time, the store's time stands still.
+/// If the mark cannot be written (a failing disk), the store's time waits at the previous mark.
 pub trait Clock: Send + Sync + 'static {
     /// The current time in milliseconds since the Unix epoch.
     fn now_millis(&self) -> Millis;

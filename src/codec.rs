@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::clock::Millis;
-use crate::error::{corrupted, Result};
+use crate::error::{corrupted, encoding, Result};
 use crate::record::{Checkpoint, Record, RecordView, ResponseView, StateView};
 
 /// The only record value format this build reads and writes.
@@ -105,20 +105,30 @@ fn take_part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     (rest.len() >= len).then(|| rest.split_at(len))
 }
 
-/// Expiry index key: a ULID whose timestamp is the expiry time and whose random part is the
-/// record's fencing token, then the record key. Range scans from the start meet the oldest
-/// expiries first.
+/// The latest time a ULID's 48-bit timestamp holds (year 10889). Index keys and index bounds
+/// clamp to it alike (one rule): an expiry past it is indexed at it, so it sorts last and is never
+/// wrapped to an early time; the record itself keeps its exact expiry, which the sweep checks.
+pub(crate) const MAX_INDEX_TIME: Millis = (1 << 48) - 1;
+
+/// Expiry index key: a ULID whose timestamp is the expiry time (clamped to [`MAX_INDEX_TIME`])
+/// and whose random part is the record's fencing token, then the record key. Range scans from the
+/// start meet the oldest expiries first.
 pub(crate) fn index_key(expires_at: Millis, fence: u64, record_key: &[u8]) -> Vec<u8> {
-    let id = ulid::Ulid::from_parts(expires_at, u128::from(fence));
+    let id = ulid::Ulid::from_parts(expires_at.min(MAX_INDEX_TIME), u128::from(fence));
     let mut out = Vec::with_capacity(16 + record_key.len());
     out.extend_from_slice(&id.to_bytes());
     out.extend_from_slice(record_key);
     out
 }
 
-/// The smallest index key whose expiry is `t`: every entry below it expired before `t`.
+/// The smallest index key whose expiry is `t`: every entry below it expired before `t`. Past
+/// [`MAX_INDEX_TIME`] every entry is below it (the largest ULID, above every indexed one, whose
+/// random part is a token of at most 64 bits).
 pub(crate) fn index_bound(t: Millis) -> [u8; 16] {
-    ulid::Ulid::from_parts(t.min((1 << 48) - 1), 0).to_bytes()
+    if t > MAX_INDEX_TIME {
+        return [0xFF; 16];
+    }
+    ulid::Ulid::from_parts(t, 0).to_bytes()
 }
 
 /// Splits an index key into (expiry time, record key).
@@ -129,17 +139,30 @@ pub(crate) fn split_index_key(bytes: &[u8]) -> Option<(Millis, &[u8])> {
     Some((id.timestamp_ms(), rest))
 }
 
-pub(crate) fn encode_record(rec: &Record) -> Vec<u8> {
+/// Encodes a record value: header, bincode body, checksum. Fails (writing nothing) when the body
+/// does not encode or the value would be larger than any decoder here accepts, so that nothing is
+/// ever stored that cannot be read back.
+pub(crate) fn encode_record(rec: &Record) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64 + rec.fingerprint.len());
     out.push(FORMAT);
     out.extend_from_slice(&rec.expires_at.to_be_bytes());
-    // Encoding into a Vec cannot fail for these types; an error would mean a bug in serde derive.
-    if bincode::serde::encode_into_std_write(rec, &mut out, bincode_config()).is_err() {
-        out.truncate(HEADER);
-    }
+    bincode::serde::encode_into_std_write(rec, &mut out, bincode_config())
+        .map_err(|e| encoding("record", e.to_string()))?;
+    check_decodable("record", out.len() - HEADER)?;
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_be_bytes());
-    out
+    Ok(out)
+}
+
+/// Refuses a body of `len` bytes that the decoders would reject for its size.
+fn check_decodable(what: &'static str, len: usize) -> Result<()> {
+    if len > DECODE_LIMIT {
+        return Err(encoding(
+            what,
+            format!("{len} bytes encoded, over the {DECODE_LIMIT}-byte limit of the decoder"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks format and checksum and returns (expires_at, body).
@@ -363,14 +386,18 @@ pub(crate) fn unseal<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8]
     }
     match payload.split_first() {
         Some((&FORMAT, body)) => Ok(body),
+        Some((&UNMERGED, _)) => Err(corrupted(
+            what,
+            "a merge met an input it could not decode and kept every input unmerged",
+        )),
         Some((f, _)) => Err(corrupted(what, format!("unknown value format {f}"))),
         None => Err(corrupted(what, "empty")),
     }
 }
 
-/// Seals the bincode encoding of `v`.
-pub(crate) fn seal_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    seal(&to_bincode(v))
+/// Seals the bincode encoding of `v`; fails when it does not encode or would not decode again.
+pub(crate) fn seal_bincode<T: serde::Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>> {
+    Ok(seal(&to_bincode(what, v)?))
 }
 
 /// Unseals and decodes a value written by [`seal_bincode`].
@@ -381,32 +408,60 @@ pub(crate) fn unseal_bincode<T: serde::de::DeserializeOwned>(
     from_bincode(what, unseal(what, bytes)?)
 }
 
-/// The body of a merge operator over sealed bincode values of a join-semilattice `T`: folds the
-/// existing value and every operand that unseals and decodes with `join`, skipping malformed ones
-/// (a failed merge would make RocksDB read-only). Total and deterministic.
+/// The body of a merge operator over sealed bincode values of a join-semilattice `T`: the join of
+/// the existing value and every operand, sealed again. Total and deterministic, and it never
+/// drops what it cannot read: if the existing value or an operand does not unseal and decode (or
+/// the join would not encode), the inputs are kept whole in an *unmerged* envelope (see
+/// [`keep_unmerged`]) that every read reports as corrupted, instead of a result that silently
+/// forgets them (a failed merge would make RocksDB read-only, so failing is not an option).
 pub(crate) fn merge_sealed<'a, T>(
     what: &'static str,
     existing: Option<&'a [u8]>,
-    operands: impl Iterator<Item = &'a [u8]>,
+    operands: &[&'a [u8]],
     join: impl Fn(&mut T, &T),
 ) -> Vec<u8>
 where
     T: Default + serde::Serialize + serde::de::DeserializeOwned,
 {
     let mut acc = T::default();
-    for v in existing
-        .into_iter()
-        .chain(operands)
-        .filter_map(|b| unseal_bincode::<T>(what, b).ok())
-    {
-        join(&mut acc, &v);
+    for &v in existing.iter().chain(operands) {
+        match unseal_bincode::<T>(what, v) {
+            Ok(v) => join(&mut acc, &v),
+            Err(_) => return keep_unmerged(existing, operands),
+        }
     }
-    seal_bincode(&acc)
+    match seal_bincode(what, &acc) {
+        Ok(sealed) => sealed,
+        Err(_) => keep_unmerged(existing, operands),
+    }
 }
 
-/// Serialises with the bounded bincode configuration.
-pub(crate) fn to_bincode<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    bincode::serde::encode_to_vec(v, bincode_config()).unwrap_or_default()
+/// Format byte of an unmerged envelope: `[UNMERGED][u32 BE len][input]...[crc32 BE]`, the
+/// existing value (if any) and then every operand, each whole. No decoder accepts it (its format
+/// byte is not [`FORMAT`]), so reads report the value as corrupted and `idemdb inspect` shows it;
+/// a later merge over it keeps it whole again, inside a new envelope.
+pub(crate) const UNMERGED: u8 = 0xFE;
+
+/// The unmerged envelope of a merge's inputs (see [`UNMERGED`]).
+pub(crate) fn keep_unmerged(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+    let mut out = vec![UNMERGED];
+    for &input in existing.iter().chain(operands) {
+        let len = u32::try_from(input.len()).unwrap_or(u32::MAX);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(input.get(..len as usize).unwrap_or(input));
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Serialises with the bounded bincode configuration; fails when `v` does not encode or its
+/// encoding is larger than the decoder accepts.
+pub(crate) fn to_bincode<T: serde::Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>> {
+    let out = bincode::serde::encode_to_vec(v, bincode_config())
+        .map_err(|e| encoding(what, e.to_string()))?;
+    check_decodable(what, out.len())?;
+    Ok(out)
 }
 
 /// Deserialises with the bounded bincode configuration, requiring every byte to be used.
@@ -484,9 +539,28 @@ mod tests {
     }
 
     #[test]
+    fn a_record_past_the_decoder_bound_is_an_error_not_a_truncation() {
+        let mut r = sample();
+        r.state = State::Completed {
+            response: crate::Response::new(vec![0u8; DECODE_LIMIT]),
+            at: 1,
+        };
+        assert!(matches!(
+            encode_record(&r),
+            Err(crate::Error::Encoding { what: "record", .. })
+        ));
+        r.state = State::Completed {
+            response: crate::Response::new(vec![0u8; DECODE_LIMIT - 64]),
+            at: 1,
+        };
+        let bytes = encode_record(&r).unwrap();
+        assert_eq!(decode_record(&bytes).unwrap(), r);
+    }
+
+    #[test]
     fn record_round_trips() {
         let r = sample();
-        assert_eq!(decode_record(&encode_record(&r)).unwrap(), r);
+        assert_eq!(decode_record(&encode_record(&r).unwrap()).unwrap(), r);
     }
 
     /// Both decoders on one body: `Some(debug form)` when it decodes, with nothing left over.
@@ -542,7 +616,7 @@ mod tests {
                     takeovers: attempts / 2,
                     ..sample()
                 };
-                let bytes = encode_record(&rec);
+                let bytes = encode_record(&rec).unwrap();
                 let (_, body) = open_envelope(&bytes).unwrap();
                 let (hand, serde) = both_views(body);
                 assert!(hand.is_some(), "{rec:?}");
@@ -619,7 +693,7 @@ mod tests {
                 state,
                 ..sample()
             };
-            let bytes = encode_record(&rec);
+            let bytes = encode_record(&rec).unwrap();
             let view = decode_record_view(&bytes).unwrap();
             assert_eq!(view.index_slot(), rec.index_slot());
             assert_eq!(view.fingerprint, &rec.fingerprint[..]);
@@ -641,7 +715,7 @@ mod tests {
 
     #[test]
     fn every_single_bit_flip_is_detected() {
-        let bytes = encode_record(&sample());
+        let bytes = encode_record(&sample()).unwrap();
         for i in 0..bytes.len() * 8 {
             let mut b = bytes.clone();
             b[i / 8] ^= 1 << (i % 8);
@@ -679,6 +753,16 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(split_record_key(&a), Some((&b"ab"[..], &b"c"[..])));
         assert_eq!(split_record_key(&a[..a.len() - 1]), None);
+    }
+
+    #[test]
+    fn expiries_past_the_ulid_range_clamp_like_the_bound() {
+        let rkey = record_key(b"t", b"k");
+        let past = index_key(MAX_INDEX_TIME + 5, 1, &rkey);
+        assert_eq!(split_index_key(&past).map(|(t, _)| t), Some(MAX_INDEX_TIME));
+        assert!(past.as_slice() > index_key(MAX_INDEX_TIME - 1, u64::MAX, &rkey).as_slice());
+        assert!(past.as_slice() >= index_bound(MAX_INDEX_TIME).as_slice());
+        assert!(past.as_slice() < index_bound(MAX_INDEX_TIME + 1).as_slice());
     }
 
     #[test]

@@ -216,12 +216,14 @@ impl Commit<'_> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let keys: Vec<&[u8]> = self
+        // (column family, key): an entity or reservation key and a lease's record key live in
+        // different column families, so equal bytes there are different keys.
+        let keys: Vec<(Cf, &[u8])> = self
             .ops
             .iter()
             .map(|op| match op {
-                Op::Entity { key, .. } | Op::Reserve { key, .. } => key.as_slice(),
-                Op::Lease { rkey, .. } => rkey.as_slice(),
+                Op::Entity { key, .. } | Op::Reserve { key, .. } => (Cf::Versions, key.as_slice()),
+                Op::Lease { rkey, .. } => (Cf::Records, rkey.as_slice()),
             })
             .collect();
         let mut sorted = keys.clone();
@@ -233,7 +235,7 @@ impl Commit<'_> {
             .into());
         }
         let store = self.store;
-        let mut locked = store.lock_many(keys.iter().copied());
+        let mut locked = store.lock_many(keys.iter().map(|(_, k)| *k));
         let now = store.now();
         let engine = store.engine();
         let mut batch = engine.batch();
@@ -270,16 +272,16 @@ impl Commit<'_> {
                     });
                 }
                 Op::Reserve { key, owner } => {
+                    let stored = crate::unique::Stored::plain(owner);
                     if let Some(cur) = store.live_reservation(&key)? {
-                        if cur.owner != owner {
+                        if !cur.same_owner(&stored) {
                             return Ok(Err(CommitConflict::Taken {
                                 op: i,
                                 owner: cur.owner,
                             }));
                         }
                     }
-                    let stored = crate::unique::Stored { owner, bound: None };
-                    batch.put(Cf::Versions, &key, &codec::seal_bincode(&stored));
+                    batch.put(Cf::Versions, &key, &stored.encode()?);
                     versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {
@@ -312,7 +314,7 @@ impl Commit<'_> {
                             counter
                         }
                     });
-                    add_record(&mut batch, &rkey, Some(slot), &rec);
+                    add_record(&mut batch, &rkey, Some(slot), &rec)?;
                     versions.push(None);
                 }
             }

@@ -35,11 +35,15 @@ pub struct Config {
     pub(crate) max_key_len: usize,
     pub(crate) max_tenant_len: usize,
     pub(crate) max_response_bytes: usize,
+    pub(crate) max_offset_gaps: usize,
     pub(crate) cache_bytes: usize,
     pub(crate) write_buffer_bytes: usize,
     pub(crate) lock_stripes: usize,
     pub(crate) duplicate_wait: Duration,
     pub(crate) sweep_interval: Option<Duration>,
+    /// Tests and fuzzing only: the in-memory environment holding the database (see
+    /// [`Config::in_memory`]); `None` (on disk) for every normal store.
+    pub(crate) in_memory: Option<crate::engine::MemEnv>,
 }
 
 impl std::fmt::Debug for Config {
@@ -70,11 +74,13 @@ impl Config {
             max_key_len: 255,
             max_tenant_len: 64,
             max_response_bytes: 1 << 20,
+            max_offset_gaps: 10_000,
             cache_bytes: 64 << 20,
             write_buffer_bytes: 64 << 20,
             lock_stripes: 4096,
             duplicate_wait: Duration::ZERO,
             sweep_interval: Some(Duration::from_secs(60)),
+            in_memory: None,
         }
     }
 
@@ -138,11 +144,22 @@ impl Config {
         self
     }
 
-    /// Largest stored response, failure or checkpoint (body plus metadata), in bytes
-    /// (1..=64 MiB). Default: 1 MiB.
+    /// Largest stored response, failure or checkpoint (body plus metadata, counted as stored:
+    /// see [`crate::Response::size`]), entity value, and whole causal entity (every sibling) or
+    /// merged replica vector, in bytes (1..=64 MiB). Default: 1 MiB.
     #[must_use]
     pub fn max_response_bytes(mut self, n: usize) -> Self {
         self.max_response_bytes = n;
+        self
+    }
+
+    /// Most processed offsets an offset window keeps above its watermark (out of order), per
+    /// partition (1..=1,000,000). A [`Store::mark_processed`] past it is refused with
+    /// [`crate::InvalidInput::LimitReached`]: commit a watermark or process the missing offsets
+    /// first. Each mark reads the window, so a large window costs every mark. Default: 10,000.
+    #[must_use]
+    pub fn max_offset_gaps(mut self, n: usize) -> Self {
+        self.max_offset_gaps = n;
         self
     }
 
@@ -184,6 +201,18 @@ impl Config {
         self
     }
 
+    /// Tests and fuzzing only, not part of the stable API: keep the database in the in-memory
+    /// environment `env` instead of on disk. The path then names the database inside `env`; a
+    /// store reopened at the same path with the same `env` (or a clone) finds its records again.
+    /// Nothing of the database is written to disk, but opening still creates the directory `path`
+    /// if it is missing (as for a store on disk): give an existing one.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn in_memory(mut self, env: &crate::__internal::InMemory) -> Self {
+        self.in_memory = Some(env.0.clone());
+        self
+    }
+
     /// Opens (or creates) the store.
     pub fn open(self) -> Result<Store> {
         Store::open(self)
@@ -207,6 +236,12 @@ impl Config {
             return bad(format!(
                 "max_response_bytes {} is not in 1..=64 MiB",
                 self.max_response_bytes
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_offset_gaps) {
+            return bad(format!(
+                "max_offset_gaps {} is not in 1..=1,000,000",
+                self.max_offset_gaps
             ));
         }
         if !self.lock_stripes.is_power_of_two() || self.lock_stripes > 1 << 20 {

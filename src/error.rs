@@ -42,6 +42,21 @@ pub enum Error {
     },
     /// The engine reported an error that fits no other class.
     Engine(String),
+    /// A value could not be encoded into a form that reads back (a bug, or a value past the
+    /// decoder's size bound). Nothing was written.
+    Encoding {
+        /// What was being encoded (for example "record").
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+    /// [`crate::Store::close`] was called while other handles of the store (clones held by other
+    /// threads, the HTTP layer, a consumer) were still alive: the database stays open until the
+    /// last one is dropped, so the directory cannot be reopened yet.
+    InUse {
+        /// How many other handles were alive.
+        other_handles: usize,
+    },
 }
 
 /// Which argument was rejected, and why.
@@ -80,6 +95,16 @@ pub enum InvalidInput {
     },
     /// A configuration value was out of range.
     Config(String),
+    /// The write would take a bounded value past its bound (an offset window's out-of-order
+    /// offsets, a causal entity's siblings, a replica vector's size). Nothing was written.
+    LimitReached {
+        /// What would grow too large.
+        what: &'static str,
+        /// The bound.
+        limit: usize,
+        /// What to do about it.
+        hint: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -108,6 +133,16 @@ impl fmt::Display for Error {
                  retry later or raise UpdateOptions::max_attempts"
             ),
             Error::Engine(m) => write!(f, "storage engine error: {m}"),
+            Error::Encoding { what, reason } => write!(
+                f,
+                "could not encode the {what}: {reason}; nothing was written"
+            ),
+            Error::InUse { other_handles } => write!(
+                f,
+                "{other_handles} other handle(s) of this store are still alive (clones held by \
+                 other threads, the HTTP layer or a consumer); the database closes when the last \
+                 one is dropped: drop them, then close"
+            ),
         }
     }
 }
@@ -126,6 +161,9 @@ impl fmt::Display for InvalidInput {
             ),
             InvalidInput::Duration { what, reason } => write!(f, "the {what} duration {reason}"),
             InvalidInput::Config(m) => write!(f, "configuration: {m}"),
+            InvalidInput::LimitReached { what, limit, hint } => {
+                write!(f, "the {what} would pass its limit of {limit}; {hint}")
+            }
         }
     }
 }
@@ -140,6 +178,13 @@ impl From<InvalidInput> for Error {
 
 pub(crate) fn corrupted(what: &'static str, reason: impl Into<String>) -> Error {
     Error::Corrupted {
+        what,
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn encoding(what: &'static str, reason: impl Into<String>) -> Error {
+    Error::Encoding {
         what,
         reason: reason.into(),
     }

@@ -2,7 +2,9 @@
 //! every update ever merged: `next` (every offset below it is processed) is the maximum seen, the
 //! set holds processed offsets at or above `next`, and normalisation moves `next` past any offsets
 //! that became contiguous. Join is commutative, associative and idempotent, so updates are blind
-//! merges, and storage is O(out-of-order window), not O(messages).
+//! merges, and storage is O(out-of-order window), not O(messages): a mark that would take the
+//! window past `Config::max_offset_gaps` processed offsets above the watermark is refused, so a
+//! stored window always stays readable.
 
 use std::collections::BTreeSet;
 
@@ -59,16 +61,14 @@ impl OffsetWindow {
     }
 }
 
-fn encode(w: &OffsetWindow) -> Vec<u8> {
-    codec::seal_bincode(w)
+fn encode(w: &OffsetWindow) -> Result<Vec<u8>> {
+    codec::seal_bincode("offset window", w)
 }
 
-/// The offset-window merge: the join of the existing value and every operand that decodes;
-/// malformed ones are skipped. Total, deterministic, clock-free.
-pub(crate) fn merge_offset_operands<'a>(
-    existing: Option<&'a [u8]>,
-    operands: impl Iterator<Item = &'a [u8]>,
-) -> Vec<u8> {
+/// The offset-window merge: the join of the existing value and every operand; if one of them does
+/// not decode, every input is kept unmerged (reads report the window as corrupted instead of
+/// forgetting processed offsets, see `codec::merge_sealed`). Total, deterministic, clock-free.
+pub(crate) fn merge_offset_operands(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     codec::merge_sealed("offset window", existing, operands, OffsetWindow::join)
 }
 
@@ -78,7 +78,9 @@ fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {
 }
 
 impl Store {
-    /// Marks `offset` of a partition processed, in any order (a blind merge: no read, no lock).
+    /// Marks `offset` of a partition processed, in any order (a merge, after a read under the
+    /// partition's lock stripe that refuses, with [`crate::InvalidInput::LimitReached`], a mark
+    /// that would keep more than [`crate::Config::max_offset_gaps`] offsets above the watermark).
     pub fn mark_processed(
         &self,
         group: impl AsRef<[u8]>,
@@ -86,12 +88,26 @@ impl Store {
         partition: u32,
         offset: u64,
     ) -> Result<()> {
-        self.merge_window(
-            group.as_ref(),
-            topic.as_ref(),
-            partition,
-            &OffsetWindow::processed(offset),
-        )
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        self.check_names(group, topic)?;
+        let key = partition_key(group, topic, partition);
+        let _g = self.lock(&key);
+        let mut w: OffsetWindow = self.load_sealed("offset window", &key)?;
+        if w.contains(offset) {
+            return Ok(());
+        }
+        w.join(&OffsetWindow::processed(offset));
+        let limit = self.config().max_offset_gaps;
+        if w.above.len() > limit {
+            return Err(crate::InvalidInput::LimitReached {
+                what: "offset window (processed offsets above the watermark)",
+                limit,
+                hint: "commit a watermark (Store::commit_watermark) or process the missing \
+                       offsets first",
+            }
+            .into());
+        }
+        self.merge_window(&key, &OffsetWindow::processed(offset))
     }
 
     /// Declares every offset at or below `watermark` processed (a monotone maximum).
@@ -110,7 +126,9 @@ impl Store {
             // `next` saturates: the last offset is kept in the set instead.
             w.above.insert(u64::MAX);
         }
-        self.merge_window(group.as_ref(), topic.as_ref(), partition, &w)
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        self.check_names(group, topic)?;
+        self.merge_window(&partition_key(group, topic, partition), &w)
     }
 
     /// The processed offsets of a partition.
@@ -141,20 +159,9 @@ impl Store {
             .contains(offset))
     }
 
-    fn merge_window(
-        &self,
-        group: &[u8],
-        topic: &[u8],
-        partition: u32,
-        w: &OffsetWindow,
-    ) -> Result<()> {
-        self.check_names(group, topic)?;
+    fn merge_window(&self, key: &[u8], w: &OffsetWindow) -> Result<()> {
         let mut b = self.engine().batch();
-        b.merge(
-            Cf::Versions,
-            &partition_key(group, topic, partition),
-            &encode(w),
-        );
+        b.merge(Cf::Versions, key, &encode(w)?);
         self.engine().write(b)
     }
 }

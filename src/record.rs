@@ -49,14 +49,36 @@ impl Response {
         self.meta.get("status").and_then(|s| s.parse().ok())
     }
 
-    /// Bytes counted against `max_response_bytes`: the body plus every metadata key and value.
+    /// Bytes counted against `max_response_bytes`: what is stored for it, that is the body and
+    /// every metadata key and value, each with its length prefix, and the entry count. A response
+    /// within the limit always stores and reads back.
     pub fn size(&self) -> usize {
-        self.body.len()
-            + self
-                .meta
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>()
+        prefixed(self.body.len()) + meta_size(&self.meta)
+    }
+}
+
+/// The stored size of a metadata map: its entry count and each key and value with its length
+/// prefix (the body of a [`Response`] adds its own length and prefix to this).
+pub(crate) fn meta_size(meta: &BTreeMap<String, String>) -> usize {
+    varint_len(meta.len())
+        + meta
+            .iter()
+            .map(|(k, v)| prefixed(k.len()) + prefixed(v.len()))
+            .sum::<usize>()
+}
+
+/// A length-prefixed field of `len` bytes as stored (bincode's varint prefix, then the bytes).
+fn prefixed(len: usize) -> usize {
+    varint_len(len).saturating_add(len)
+}
+
+/// Bytes of bincode's varint encoding of `n`.
+fn varint_len(n: usize) -> usize {
+    match n {
+        0..=250 => 1,
+        251..=0xFFFF => 3,
+        0x1_0000..=0xFFFF_FFFF => 5,
+        _ => 9,
     }
 }
 
@@ -391,4 +413,26 @@ pub(crate) fn check_duration(what: &'static str, d: Duration, max: Duration) -> 
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_size_is_its_stored_size() {
+        let lens = [0usize, 1, 250, 251, 65_535, 65_536];
+        for body in lens {
+            for entries in [0usize, 1, 3, 251] {
+                let mut r = Response::new(vec![7u8; body]);
+                for i in 0..entries {
+                    let v = "v".repeat(lens[i % 4]);
+                    r.meta.insert(format!("k{i}"), v);
+                }
+                let stored = crate::codec::to_bincode("response", &r).unwrap();
+                assert_eq!(r.size(), stored.len(), "body {body}, {entries} entries");
+            }
+        }
+    }
 }

@@ -18,7 +18,7 @@ use crate::clock::{duration_millis, Millis};
 use crate::codec;
 use crate::config::Config;
 use crate::engine::{
-    Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID,
+    Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME,
 };
 use crate::error::{corrupted, Error, InvalidInput, Result};
 use crate::metrics::{Metrics, Stats};
@@ -31,6 +31,11 @@ use crate::stripes::{Locked, Stripe, StripeGuard, Stripes};
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
 /// block instead of one per claim. A restart skips what is left of the block.
 const FENCE_BLOCK: u64 = 1 << 16;
+
+/// Store time is reserved this far ahead: `meta/time_high_water` is written (with the store's
+/// durability) before the store's time passes the mark, one write per this much time. After a
+/// crash the store's time resumes at the mark, up to this much ahead of the last time it used.
+const TIME_STEP: Millis = 1_000;
 
 /// Longest request fingerprint accepted, in bytes.
 pub const MAX_FINGERPRINT_LEN: usize = 1024;
@@ -51,6 +56,10 @@ struct Inner {
     fence_reserved: AtomicU64,
     /// Held while a new block of tokens is reserved.
     fence_reserving: Mutex<()>,
+    /// The store's time never passes this mark, which is durable in `meta/time_high_water`.
+    time_reserved: AtomicU64,
+    /// Held while the time mark is moved forward.
+    time_reserving: Mutex<()>,
     stripes: Stripes,
     metrics: Metrics,
     waiters: AtomicUsize,
@@ -95,14 +104,14 @@ impl Store {
                 durability: cfg.durability,
                 cache_bytes: cfg.cache_bytes,
                 write_buffer_bytes: cfg.write_buffer_bytes,
+                in_memory: cfg.in_memory.clone(),
             },
         )?;
         let store_id = init_meta(&engine, created)?;
-        let high_water = match engine.get(Cf::Meta, META_FENCE)? {
-            None => 0,
-            Some(b) => codec::decode_u64(&b)
-                .ok_or_else(|| corrupted("meta/fence_high_water", "not an 8-byte integer"))?,
-        };
+        let high_water = read_meta_u64(&engine, META_FENCE, "meta/fence_high_water")?;
+        // Store time resumes where it was (never earlier), whatever the clock says now.
+        let time_mark = read_meta_u64(&engine, META_TIME, "meta/time_high_water")?;
+        engine.observe_time(time_mark);
         let stripes = Stripes::new(cfg.lock_stripes, crate::keys::random_u128() as u64);
         let sweep_interval = cfg.sweep_interval;
         let inner = Arc::new(Inner {
@@ -112,6 +121,8 @@ impl Store {
             next_fence: AtomicU64::new(high_water + 1),
             fence_reserved: AtomicU64::new(high_water),
             fence_reserving: Mutex::new(()),
+            time_reserved: AtomicU64::new(time_mark),
+            time_reserving: Mutex::new(()),
             stripes,
             metrics: Metrics::default(),
             waiters: AtomicUsize::new(0),
@@ -413,9 +424,24 @@ impl Store {
     /// Returns whether anything was stored for the key. A holder of its lease gets
     /// [`LeaseLost::Gone`].
     pub fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
-        let (tenant, key) = (tenant.as_ref(), key.as_ref());
+        self.forget_in(false, tenant.as_ref(), key.as_ref())
+    }
+
+    /// Deletes the record of a consumer message (see [`Store::begin`]), whatever its state, even
+    /// if it does not decode: a poisoned message gets its attempts back, a processed one will be
+    /// processed again if delivered again, and damaged data can be cleared. Returns whether
+    /// anything was stored for it. A holder of its lease gets [`LeaseLost::Gone`].
+    pub fn forget_message(
+        &self,
+        group: impl AsRef<[u8]>,
+        message_id: impl AsRef<[u8]>,
+    ) -> Result<bool> {
+        self.forget_in(true, group.as_ref(), message_id.as_ref())
+    }
+
+    fn forget_in(&self, consumer: bool, tenant: &[u8], key: &[u8]) -> Result<bool> {
         self.check_names(tenant, key)?;
-        let rkey = codec::record_key_in(false, tenant, key);
+        let rkey = codec::record_key_in(consumer, tenant, key);
         let mut stripe = self.lock(&rkey);
         stripe.forget(&rkey);
         let Some(raw) = self.inner.engine.get(Cf::Records, &rkey)? else {
@@ -537,17 +563,59 @@ impl Store {
         Ok((count(Cf::Records)?, count(Cf::Expiry)?))
     }
 
-    /// The store's current time: the clock's reading, never earlier than a reading seen before.
+    /// The store's current time: the clock's reading, never earlier than a time the store used
+    /// before, in this process or before a restart (see [`crate::Clock`]).
     pub fn now(&self) -> Millis {
-        self.inner
-            .engine
-            .observe_time(self.inner.cfg.clock.now_millis())
+        let inner = &self.inner;
+        let clock = inner.cfg.clock.now_millis();
+        let t = if clock <= inner.time_reserved.load(Ordering::Acquire) {
+            clock
+        } else {
+            self.reserve_time(clock)
+        };
+        // The largest time seen (also the compaction cut-off): never past the durable mark.
+        inner.engine.observe_time(t)
     }
 
-    /// Stops the background sweeper, syncs the WAL and closes the database. Dropping the last
-    /// clone does the same; `close` reports errors and waits until the directory can be reopened.
+    /// Moves the durable time mark to `t + TIME_STEP` before time `t` is used, and returns the
+    /// time that may be used: `t`, or the old mark if that write failed (leases and records then
+    /// last longer, never shorter, until a later call writes it).
+    #[cold]
+    fn reserve_time(&self, t: Millis) -> Millis {
+        let inner = &self.inner;
+        let _reserving = inner.time_reserving.lock();
+        let reserved = inner.time_reserved.load(Ordering::Acquire);
+        if t <= reserved {
+            return t;
+        }
+        let mark = t.saturating_add(TIME_STEP);
+        let mut batch = inner.engine.batch();
+        batch.put(Cf::Meta, META_TIME, &mark.to_be_bytes());
+        if inner.engine.write(batch).is_err() {
+            return reserved;
+        }
+        inner.time_reserved.store(mark, Ordering::Release);
+        // As for the fence reservation: a flushed `meta` lets the WAL files behind it go.
+        let _ = inner.engine.flush_in_background(Cf::Meta);
+        t
+    }
+
+    /// Stops the background sweeper, syncs the WAL and closes the database, so that the directory
+    /// can be reopened as soon as this returns `Ok`. Dropping the last handle does the same
+    /// without reporting errors. If other handles of this store are alive (clones held by other
+    /// threads, the HTTP layer, a consumer), nothing is closed: this handle is dropped, the
+    /// others keep working, and the call returns [`Error::InUse`]; the database closes when the
+    /// last of them is dropped.
     pub fn close(self) -> Result<()> {
+        // The sweeper holds the store only while it sweeps: stop it first so it is not counted.
         self.stop_sweeper();
+        let other_handles = Arc::strong_count(&self.inner) - 1;
+        if other_handles > 0 {
+            if let Some(every) = self.inner.cfg.sweep_interval {
+                self.start_sweeper(every);
+            }
+            return Err(Error::InUse { other_handles });
+        }
         self.inner.engine.sync_wal()?;
         drop(self);
         Ok(())
@@ -693,7 +761,7 @@ impl Store {
     /// Writes `new` for `rkey` in one batch (see [`add_record`]).
     fn write_record(&self, rkey: &[u8], old: Option<(Millis, u64)>, new: &Record) -> Result<()> {
         let mut batch = self.inner.engine.batch();
-        add_record(&mut batch, rkey, old, new);
+        add_record(&mut batch, rkey, old, new)?;
         self.inner.engine.write(batch)
     }
 }
@@ -705,8 +773,8 @@ pub(crate) fn add_record(
     rkey: &[u8],
     old: Option<(Millis, u64)>,
     new: &Record,
-) {
-    batch.put(Cf::Records, rkey, &codec::encode_record(new));
+) -> Result<()> {
+    batch.put(Cf::Records, rkey, &codec::encode_record(new)?);
     if old != Some(new.index_slot()) {
         if let Some((expires_at, fence)) = old {
             batch.delete(Cf::Expiry, &codec::index_key(expires_at, fence, rkey));
@@ -717,6 +785,7 @@ pub(crate) fn add_record(
             &[],
         );
     }
+    Ok(())
 }
 
 /// Whether `lease` is the current holder of `rec` at `now`; `Ok` carries the record to change.
@@ -803,6 +872,21 @@ impl Store {
         Ok(())
     }
 
+    /// Refuses a value of `len` encoded bytes that would pass the store's value limit
+    /// (`max_response_bytes`) with [`InvalidInput::LimitReached`].
+    pub(crate) fn check_bounded(
+        &self,
+        what: &'static str,
+        len: usize,
+        hint: &'static str,
+    ) -> Result<()> {
+        let limit = self.inner.cfg.max_response_bytes;
+        if len > limit {
+            return Err(InvalidInput::LimitReached { what, limit, hint }.into());
+        }
+        Ok(())
+    }
+
     pub(crate) fn notify_finished(&self) {
         if self.inner.waiters.load(Ordering::SeqCst) > 0 {
             let (m, cv) = &self.inner.finished;
@@ -859,6 +943,16 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop_sweeper();
+        // Closing cleanly: the next open resumes at exactly the last time used (not at the mark
+        // reserved ahead of it). Best effort: if this write is lost, the mark stands, which is
+        // later, never earlier.
+        let used = self
+            .engine
+            .observe_time(0)
+            .min(self.time_reserved.load(Ordering::Acquire));
+        let mut batch = self.engine.batch();
+        batch.put(Cf::Meta, META_TIME, &used.to_be_bytes());
+        let _ = self.engine.write_buffered(batch);
     }
 }
 
@@ -868,6 +962,14 @@ impl std::fmt::Debug for Store {
             .field("path", &self.inner.cfg.path)
             .field("durability", &self.inner.cfg.durability)
             .finish_non_exhaustive()
+    }
+}
+
+/// A `meta` integer (8 bytes, big-endian), 0 if absent.
+fn read_meta_u64(engine: &Engine, key: &[u8], what: &'static str) -> Result<u64> {
+    match engine.get(Cf::Meta, key)? {
+        None => Ok(0),
+        Some(b) => codec::decode_u64(&b).ok_or_else(|| corrupted(what, "not an 8-byte integer")),
     }
 }
 

@@ -1,7 +1,9 @@
 //! Unique constraints: reservations on business values. Invariant: at most one live reservation
 //! per (index, value), decided under the value's lock stripe; a reservation bound to a lease is
-//! live only while that lease's record is pending with the same fencing token and an unexpired
-//! lease, so completing, failing, losing or letting the lease expire frees the value.
+//! owned by that lease's whole identity (its record key: namespace, tenant and key) and is live
+//! only while that record is pending with the same fencing token and an unexpired lease, so
+//! completing, failing, losing or letting the lease expire frees the value; no plain owner and no
+//! other lease (of another tenant with the same key, say) can re-bind or release it.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +23,8 @@ pub enum Reservation {
     Reserved,
     /// Another owner holds it.
     Taken {
-        /// The current owner.
+        /// The current owner; empty when the value is bound to a pending lease (whose identity is
+        /// not disclosed: it may belong to another tenant).
         owner: Vec<u8>,
     },
 }
@@ -33,18 +36,48 @@ pub enum Released {
     Released,
     /// Another owner holds it; nothing changed.
     NotOwner {
-        /// The current owner.
+        /// The current owner; empty when the value is bound to a pending lease.
         owner: Vec<u8>,
     },
     /// Nothing (live) was reserved.
     Absent,
 }
 
+/// A stored reservation. A plain one has a non-empty `owner` and no `bound`; one bound to a lease
+/// has an empty `owner` (no plain owner can be empty) and the lease's record key and token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Stored {
     pub owner: Vec<u8>,
     /// (record key, fencing token) of the lease it is bound to.
     pub bound: Option<(Vec<u8>, u64)>,
+}
+
+impl Stored {
+    pub(crate) fn plain(owner: Vec<u8>) -> Self {
+        Stored { owner, bound: None }
+    }
+
+    fn bound_to(lease: &Lease) -> Self {
+        Stored {
+            owner: Vec::new(),
+            bound: Some((lease.record_key().to_vec(), lease.fence())),
+        }
+    }
+
+    /// Whether `other` is the same owner: the same plain owner, or a lease of the same record (a
+    /// live bound reservation carries its record's current token, so a lease of that record that
+    /// is still pending is the same lease). A plain owner never matches a bound one.
+    pub(crate) fn same_owner(&self, other: &Stored) -> bool {
+        match (&self.bound, &other.bound) {
+            (None, None) => self.owner == other.owner,
+            (Some((a, _)), Some((b, _))) => a == b,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        codec::seal_bincode("reservation", self)
+    }
 }
 
 pub(crate) fn unique_key(index: &[u8], value: &[&[u8]]) -> Vec<u8> {
@@ -63,17 +96,13 @@ impl Store {
         let key = self.unique_key_checked(index, value)?;
         self.check_names(index, owner)?;
         let _g = self.lock(&key);
-        self.put_reservation(
-            &key,
-            Stored {
-                owner: owner.to_vec(),
-                bound: None,
-            },
-        )
+        self.put_reservation(&key, Stored::plain(owner.to_vec()))
     }
 
     /// Reserves `value` in `index` for as long as `lease` is pending (a partial unique constraint:
-    /// at most one pending operation per value). The owner is the lease's key.
+    /// at most one pending operation per value). The owner is the lease's whole identity
+    /// (namespace, tenant, key): only a lease of the same record can re-bind it, no plain owner
+    /// can release it, and it reports an empty owner to others.
     pub fn reserve_for(
         &self,
         lease: &Lease,
@@ -88,14 +117,11 @@ impl Store {
         if let Err(lost) = check_holder(self.load(&rkey)?, lease, self.now()) {
             return Ok(Err(lost));
         }
-        let stored = Stored {
-            owner: lease.key().to_vec(),
-            bound: Some((rkey, lease.fence())),
-        };
-        Ok(Ok(self.put_reservation(&key, stored)?))
+        Ok(Ok(self.put_reservation(&key, Stored::bound_to(lease))?))
     }
 
-    /// Frees `value` in `index` if `owner` holds it.
+    /// Frees `value` in `index` if the plain owner `owner` holds it. A reservation bound to a
+    /// lease is freed by the lease ending, never by this call ([`Released::NotOwner`]).
     pub fn release(
         &self,
         index: impl AsRef<[u8]>,
@@ -107,7 +133,9 @@ impl Store {
         let _g = self.lock(&key);
         match self.live_reservation(&key)? {
             None => Ok(Released::Absent),
-            Some(s) if s.owner != owner => Ok(Released::NotOwner { owner: s.owner }),
+            Some(s) if !s.same_owner(&Stored::plain(owner.to_vec())) => {
+                Ok(Released::NotOwner { owner: s.owner })
+            }
             Some(_) => {
                 let mut b = self.engine().batch();
                 b.delete(Cf::Versions, &key);
@@ -118,7 +146,7 @@ impl Store {
     }
 
     /// The current owner of `value` in `index`, if it is reserved (and its lease, if bound, is
-    /// still pending).
+    /// still pending). A reservation bound to a lease reports an empty owner.
     pub fn reservation_owner(
         &self,
         index: impl AsRef<[u8]>,
@@ -137,12 +165,12 @@ impl Store {
     /// Writes `stored` at `key` unless another live owner holds it. Caller holds the stripe.
     pub(crate) fn put_reservation(&self, key: &[u8], stored: Stored) -> Result<Reservation> {
         if let Some(cur) = self.live_reservation(key)? {
-            if cur.owner != stored.owner {
+            if !cur.same_owner(&stored) {
                 return Ok(Reservation::Taken { owner: cur.owner });
             }
         }
         let mut b = self.engine().batch();
-        b.put(Cf::Versions, key, &codec::seal_bincode(&stored));
+        b.put(Cf::Versions, key, &stored.encode()?);
         self.engine().write(b)?;
         Ok(Reservation::Reserved)
     }

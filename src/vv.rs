@@ -1,8 +1,10 @@
 //! Version vectors and causal writes. Invariants: merge is a pointwise maximum (commutative,
 //! associative, idempotent); a causal write removes exactly the siblings its context has seen and
-//! keeps every concurrent one, so no concurrent write is silently lost; the merge operator for
-//! replica vectors is total and deterministic (it skips malformed operands, never fails, never
-//! reads the clock).
+//! keeps every concurrent one, so no concurrent write is silently lost; a causal entity (all its
+//! siblings and context) and a merged replica vector never grow past the store's value limit
+//! (`Config::max_response_bytes`): the write that would pass it is refused, so every stored value
+//! stays readable; the merge operator for replica vectors is total and deterministic (it keeps
+//! what it cannot read, never fails, never reads the clock).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -136,17 +138,14 @@ pub struct Siblings {
     pub context: VersionVector,
 }
 
-pub(crate) fn encode_vv(vv: &VersionVector) -> Vec<u8> {
-    codec::seal_bincode(vv)
+pub(crate) fn encode_vv(vv: &VersionVector) -> Result<Vec<u8>> {
+    codec::seal_bincode("version vector", vv)
 }
 
 /// The replica-vector merge operator: the pointwise maximum of the existing value and every
-/// well-formed operand. Malformed inputs are skipped (a failed merge would make the database
-/// read-only); the result depends on the operands alone.
-pub(crate) fn merge_vv_operands<'a>(
-    existing: Option<&'a [u8]>,
-    operands: impl Iterator<Item = &'a [u8]>,
-) -> Vec<u8> {
+/// operand; if one of them does not decode, every input is kept unmerged (reads report the key
+/// as corrupted, see `codec::merge_sealed`). Never fails; the result depends on the inputs alone.
+pub(crate) fn merge_vv_operands(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     codec::merge_sealed("version vector", existing, operands, VersionVector::merge)
 }
 
@@ -160,7 +159,10 @@ impl Store {
 
     /// Writes `value` as `actor`, having read `context`. Siblings the context has seen are
     /// replaced; concurrent ones (written by events the context does not know) are kept beside the
-    /// new value. Returns the entity's state after the write.
+    /// new value. Returns the entity's state after the write. Refused with
+    /// [`crate::InvalidInput::LimitReached`] (nothing written) when the entity with every sibling it
+    /// keeps would be larger than `Config::max_response_bytes`: read it and write with the merged
+    /// context (which replaces the siblings), or delete it with [`Store::causal_delete`].
     pub fn causal_put(
         &self,
         tenant: impl AsRef<[u8]>,
@@ -184,14 +186,60 @@ impl Store {
             counter,
             value,
         });
+        let encoded = codec::seal_bincode("causal entity", &state)?;
+        self.check_bounded(
+            "causal entity with its siblings",
+            encoded.len(),
+            "read it and write with the merged context (it replaces the siblings), or delete it",
+        )?;
         let mut b = self.engine().batch();
-        b.put(Cf::Versions, &key, &codec::seal_bincode(&state));
+        b.put(Cf::Versions, &key, &encoded);
         self.engine().write(b)?;
         Ok(state)
     }
 
-    /// Merges a replica's version vector into the one stored for `(tenant, id)`: a blind,
-    /// commutative, idempotent update applied by a RocksDB merge operator (no read, no lock).
+    /// Deletes the siblings of `(tenant, id)` that `context` has seen (a causal delete: values
+    /// written concurrently, by events the context does not know, stay). Once no sibling is
+    /// left, the entity is removed from storage (a later write starts from its writer's context).
+    /// An entity that does not decode is removed whatever the context, so that damaged data can
+    /// always be cleared. Returns what is left.
+    pub fn causal_delete(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        context: &VersionVector,
+    ) -> Result<Siblings> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        self.check_names(tenant, id)?;
+        let key = entity_key(KIND_CAUSAL, tenant, id);
+        let _g = self.lock(&key);
+        let mut b = self.engine().batch();
+        let left = match self.load_causal(&key) {
+            Err(crate::Error::Corrupted { .. }) => Siblings::default(),
+            Err(e) => return Err(e),
+            Ok(mut state) => {
+                state.values.retain(|s| s.counter > context.get(&s.actor));
+                state
+            }
+        };
+        if left.values.is_empty() {
+            b.delete(Cf::Versions, &key);
+            self.engine().write(b)?;
+            return Ok(Siblings::default());
+        }
+        b.put(
+            Cf::Versions,
+            &key,
+            &codec::seal_bincode("causal entity", &left)?,
+        );
+        self.engine().write(b)?;
+        Ok(left)
+    }
+
+    /// Merges a replica's version vector into the one stored for `(tenant, id)`: a commutative,
+    /// idempotent update applied by a RocksDB merge operator. It reads the stored vector first
+    /// (under the key's lock stripe) only to refuse, with [`crate::InvalidInput::LimitReached`], a merge
+    /// whose result would be larger than `Config::max_response_bytes`.
     pub fn merge_replica_vector(
         &self,
         tenant: impl AsRef<[u8]>,
@@ -200,12 +248,19 @@ impl Store {
     ) -> Result<()> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
+        let key = entity_key(KIND_REPLICA_VV, tenant, id);
+        let operand = encode_vv(vv)?;
+        let _g = self.lock(&key);
+        let merged = self
+            .load_sealed::<VersionVector>("version vector", &key)?
+            .merged(vv);
+        self.check_bounded(
+            "replica version vector",
+            codec::to_bincode("version vector", &merged)?.len(),
+            "use fewer actors (replicas) per vector",
+        )?;
         let mut b = self.engine().batch();
-        b.merge(
-            Cf::Versions,
-            &entity_key(KIND_REPLICA_VV, tenant, id),
-            &encode_vv(vv),
-        );
+        b.merge(Cf::Versions, &key, &operand);
         self.engine().write(b)
     }
 

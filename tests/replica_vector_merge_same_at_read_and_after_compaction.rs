@@ -1,6 +1,7 @@
 //! The replica-vector merge operator gives the same result whether its operands are folded at read
-//! time, during recovery, or by a compaction, and skips malformed operands instead of failing.
-use idemdb::{ManualClock, VersionVector};
+//! time, during recovery, or by a compaction, and keeps a malformed operand (the key then reads as
+//! corrupted, at read time and after compaction) instead of failing or dropping it.
+use idemdb::{Error, ManualClock, VersionVector};
 
 mod common;
 
@@ -12,7 +13,7 @@ fn vv(pairs: &[(&str, u64)]) -> VersionVector {
     v
 }
 
-/// Writes a malformed merge operand for ("t", "x") with a raw RocksDB handle. Done before any real
+/// Writes a malformed merge operand for ("t", "bad") with a raw RocksDB handle. Done before any real
 /// operand exists, so the raw handle's own (stand-in) merge operator never folds real data.
 fn write_garbage_operand(dir: &std::path::Path) {
     let o = rocksdb::Options::default();
@@ -27,7 +28,7 @@ fn write_garbage_operand(dir: &std::path::Path) {
     let db = rocksdb::DB::open_cf_descriptors(&o, dir, descriptors).unwrap();
     let cf = db.cf_handle("versions").unwrap();
     let mut key = vec![3u8];
-    key.extend_from_slice(&idemdb::__internal::record_key(b"t", b"x"));
+    key.extend_from_slice(&idemdb::__internal::record_key(b"t", b"bad"));
     db.merge_cf(cf, &key, b"garbage").unwrap();
 }
 
@@ -54,6 +55,14 @@ fn read_time_and_compaction_folds_agree() {
         }
         // Duplicates change nothing (idempotent).
         store.merge_replica_vector("t", "x", &inputs[0]).unwrap();
+        assert!(matches!(
+            store.replica_vector("t", "bad"),
+            Err(Error::Corrupted { .. })
+        ));
+        assert!(matches!(
+            store.merge_replica_vector("t", "bad", &inputs[0]),
+            Err(Error::Corrupted { .. })
+        ));
         assert_eq!(
             store.replica_vector("t", "x").unwrap(),
             expected,
@@ -72,6 +81,13 @@ fn read_time_and_compaction_folds_agree() {
         store.replica_vector("t", "x").unwrap(),
         expected,
         "folded by compaction"
+    );
+    assert!(
+        matches!(
+            store.replica_vector("t", "bad"),
+            Err(Error::Corrupted { .. })
+        ),
+        "compaction dropped what it could not read"
     );
     store
         .merge_replica_vector("t", "x", &vv(&[("d", 1)]))

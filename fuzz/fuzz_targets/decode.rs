@@ -4,8 +4,9 @@
 //! Each input is used three ways: as it is (almost never with a valid checksum, so this mostly
 //! exercises the envelope checks), sealed with a correct checksum (so the body decoders see
 //! arbitrary bodies), and sealed then with single bits flipped (which must always be rejected).
-//! The merge folds get the input cut into operands, half of them turned into well-formed values,
-//! and must return the join of the well-formed ones, whatever the order, however often folded.
+//! The merge folds get the input cut into operands, half of them turned into well-formed values:
+//! over well-formed operands they must return the join, whatever the order, however often folded;
+//! over operands of which one does not decode they must keep every input whole (never drop one).
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -242,9 +243,50 @@ fn fold_ways(kind: u8, ops: &[Vec<u8>]) -> Vec<u8> {
     merged
 }
 
+/// A fold over inputs of which at least one does not decode keeps them all, whole, in the
+/// unmerged envelope (`[0xFE]`, each input length-prefixed, CRC-32), which no decoder accepts.
+fn assert_kept_unmerged(merged: &[u8], existing: Option<&[u8]>, rest: &[&[u8]]) {
+    let mut want = vec![0xFE];
+    for input in existing.into_iter().chain(rest.iter().copied()) {
+        want.extend_from_slice(&(input.len() as u32).to_be_bytes());
+        want.extend_from_slice(input);
+    }
+    want.extend_from_slice(&crc32fast::hash(&want).to_be_bytes());
+    assert_eq!(
+        merged, want,
+        "a fold over an unreadable input did not keep it"
+    );
+    assert!(internal::decode_version_vector(merged).is_err());
+    assert!(internal::decode_offset_window(merged).is_err());
+}
+
+/// Folds `ops` with kind `kind` when one of them does not decode (`decodes` says which do): the
+/// fold must keep every input instead of skipping the bad ones.
+fn check_unreadable_kept(kind: u8, ops: &[Vec<u8>], decodes: impl Fn(&[u8]) -> bool) {
+    if ops.iter().all(|o| decodes(o)) {
+        return;
+    }
+    let refs: Vec<&[u8]> = ops.iter().map(Vec::as_slice).collect();
+    let key = [kind, 0, 1, b'x', 0, 1, b'y'];
+    let (existing, rest) = match refs.split_first() {
+        Some((e, r)) => (Some(*e), r),
+        None => (None, &[][..]),
+    };
+    assert_kept_unmerged(
+        &internal::versions_merge(&key, existing, rest),
+        existing,
+        rest,
+    );
+}
+
 fn merges(b: &[u8]) {
-    // Replica version vectors (kind 3): the pointwise maximum of the well-formed operands.
-    let ops = operands(b, vv_from);
+    // Replica version vectors (kind 3): the pointwise maximum of the operands when all decode.
+    let all = operands(b, vv_from);
+    check_unreadable_kept(3, &all, |o| internal::decode_version_vector(o).is_ok());
+    let ops: Vec<Vec<u8>> = all
+        .into_iter()
+        .filter(|o| internal::decode_version_vector(o).is_ok())
+        .collect();
     let merged = fold_ways(3, &ops);
     let got = internal::decode_version_vector(&merged).expect("the fold's result decodes");
     let mut want: BTreeMap<String, u64> = BTreeMap::new();
@@ -269,7 +311,13 @@ fn merges(b: &[u8]) {
     );
 
     // Offset windows (kind 4): an offset is processed in the result iff in some operand.
-    let ops = operands(b, window_from);
+    let all = operands(b, window_from);
+    check_unreadable_kept(4, &all, |o| internal::decode_offset_window(o).is_ok());
+    let ops: Vec<Vec<u8>> = all
+        .iter()
+        .filter(|o| internal::decode_offset_window(o).is_ok())
+        .cloned()
+        .collect();
     let merged = fold_ways(4, &ops);
     let got = internal::decode_offset_window(&merged).expect("the fold's result decodes");
     let inputs: Vec<OffsetWindow> = ops
@@ -293,6 +341,7 @@ fn merges(b: &[u8]) {
         next == u64::MAX || !got.contains(next),
         "the folded window is not normalised"
     );
+    let ops = all;
 
     // Any other kind keeps the last operand (or the existing value).
     let refs: Vec<&[u8]> = ops.iter().map(Vec::as_slice).collect();
@@ -310,10 +359,15 @@ fn merges(b: &[u8]) {
         x.to_vec()
     });
     let refs: Vec<&[u8]> = ops.iter().map(Vec::as_slice).collect();
-    let want = refs
-        .iter()
-        .filter_map(|o| <[u8; 8]>::try_from(*o).ok().map(u64::from_be_bytes))
-        .max()
-        .unwrap_or(0);
-    assert_eq!(internal::max_u64_merge(None, &refs), want.to_be_bytes());
+    let merged = internal::max_u64_merge(None, &refs);
+    if refs.iter().all(|o| o.len() == 8) {
+        let want = refs
+            .iter()
+            .filter_map(|o| <[u8; 8]>::try_from(*o).ok().map(u64::from_be_bytes))
+            .max()
+            .unwrap_or(0);
+        assert_eq!(merged, want.to_be_bytes());
+    } else {
+        assert_kept_unmerged(&merged, None, &refs);
+    }
 }

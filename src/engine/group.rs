@@ -1,5 +1,6 @@
 //! Group commit for synced writes. Invariants: a caller returns `Ok` only after a synced RocksDB
-//! write that carried its batch succeeded, and with that write's error otherwise; batches of one
+//! write that carried its batch succeeded, and with that write's error otherwise (each caller gets
+//! the outcome of the write that carried its own batch, never another batch's); batches of one
 //! group are applied as one atomic write (so readers never see a batch before it is durable);
 //! at most one leader writes at a time, and groups are applied in arrival order.
 //!
@@ -7,6 +8,8 @@
 //! takes the whole queue, merges it into one batch and writes it with one WAL sync while the
 //! others sleep on a condition variable (no spinning, which matters on two cores). Batches that
 //! arrive during that sync form the next group.
+
+use std::collections::HashMap;
 
 use parking_lot::{Condvar, Mutex};
 use rocksdb::WriteBatch;
@@ -33,30 +36,18 @@ struct State {
     next_ticket: u64,
     /// Every ticket below this one is settled (written, or failed with an entry in `failures`).
     settled: u64,
-    /// Groups whose write failed: their ticket range, how many members have not yet read the
-    /// error, and the error.
-    failures: Vec<(std::ops::Range<u64>, usize, Error)>,
+    /// Settled tickets whose batch was not written, with the error of the write that carried it;
+    /// each is removed when its caller reads it.
+    failures: HashMap<u64, Error>,
 }
 
 impl State {
-    /// The outcome of a settled ticket; each member of a failed group reads its error once.
+    /// The outcome of a settled ticket, read once by its caller.
     fn outcome(&mut self, ticket: u64) -> Result<()> {
-        let Some(i) = self
-            .failures
-            .iter()
-            .position(|(r, _, _)| r.contains(&ticket))
-        else {
-            return Ok(());
-        };
-        let Some((_, left, e)) = self.failures.get_mut(i) else {
-            return Ok(());
-        };
-        *left = left.saturating_sub(1);
-        let e = e.clone();
-        if *left == 0 {
-            self.failures.swap_remove(i);
+        match self.failures.remove(&ticket) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Err(e)
     }
 }
 
@@ -66,6 +57,17 @@ impl GroupCommit {
         &self,
         batch: WriteBatch,
         write: impl Fn(WriteBatch) -> Result<()>,
+    ) -> Result<()> {
+        self.write_merging(batch, write, merge)
+    }
+
+    /// [`GroupCommit::write`] with the batch merge as a parameter (tests force the fallback of
+    /// one write per batch with a merge that declines).
+    fn write_merging(
+        &self,
+        batch: WriteBatch,
+        write: impl Fn(WriteBatch) -> Result<()>,
+        merge: impl Fn(&[WriteBatch]) -> Option<WriteBatch>,
     ) -> Result<()> {
         let mut st = self.state.lock();
         let ticket = st.next_ticket;
@@ -80,12 +82,13 @@ impl GroupCommit {
                 let group = std::mem::take(&mut st.queue);
                 let (first, end) = (st.settled, st.next_ticket);
                 drop(st);
-                let result = write_group(group, &write);
+                let outcomes = write_group(group, &write, &merge);
                 st = self.state.lock();
                 st.settled = end;
-                if let Err(e) = result {
-                    let members = usize::try_from(end - first).unwrap_or(usize::MAX);
-                    st.failures.push((first..end, members, e));
+                for (t, outcome) in (first..end).zip(outcomes) {
+                    if let Err(e) = outcome {
+                        st.failures.insert(t, e);
+                    }
                 }
                 st.leader = false;
                 self.done.notify_all();
@@ -96,22 +99,24 @@ impl GroupCommit {
     }
 }
 
-/// Applies a group: one merged write when the batches merge, else one write per batch (each
-/// still synced, in order), so a batch format this code does not recognise costs speed, never
-/// correctness.
+/// Applies a group and returns each batch's outcome, in order: one merged write when the batches
+/// merge (one outcome shared by all: the write is atomic), else one write per batch (each still
+/// synced, in order, each with its own outcome), so a batch format this code does not recognise
+/// costs speed, never correctness.
 fn write_group(
     mut group: Vec<WriteBatch>,
     write: &impl Fn(WriteBatch) -> Result<()>,
-) -> Result<()> {
+    merge: &impl Fn(&[WriteBatch]) -> Option<WriteBatch>,
+) -> Vec<Result<()>> {
     if group.len() == 1 {
-        return match group.pop() {
-            Some(b) => write(b),
-            None => Ok(()),
-        };
+        return group.pop().map(write).into_iter().collect();
     }
     match merge(&group) {
-        Some(merged) => write(merged),
-        None => group.into_iter().try_for_each(write),
+        Some(merged) => {
+            let outcome = write(merged);
+            vec![outcome; group.len()]
+        }
+        None => group.into_iter().map(write).collect(),
     }
 }
 
@@ -211,6 +216,70 @@ mod tests {
             group.state.lock().failures.is_empty(),
             "every error was read"
         );
+    }
+
+    #[test]
+    fn fallback_gives_each_writer_the_outcome_of_its_own_batch() {
+        // Writer 0 leads a group alone and is held inside its write until five more writers
+        // queued; they form the next group, written one batch at a time (the merge declines),
+        // where the batch with key 13 fails: only its own writer may get the error.
+        let group = Arc::new(GroupCommit::default());
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(parking_lot::Mutex::new(held));
+        let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spawn = |i: u8| {
+            let (group, held, holding) = (group.clone(), held.clone(), holding.clone());
+            std::thread::spawn(move || {
+                let mut b = WriteBatch::default();
+                b.put([if i == 0 { 0 } else { 10 + i }], [i]);
+                let r = group.write_merging(
+                    b,
+                    |b| match first_key(&b) {
+                        Some(0) => {
+                            holding.store(true, Ordering::SeqCst);
+                            let _ = held.lock().recv();
+                            Ok(())
+                        }
+                        Some(13) => Err(Error::Io("planted".into())),
+                        _ => Ok(()),
+                    },
+                    |_| None,
+                );
+                (i, r.is_ok())
+            })
+        };
+        let mut threads = vec![spawn(0)];
+        while !holding.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        threads.extend((1..6).map(spawn));
+        while group.state.lock().queue.len() < 5 {
+            std::thread::yield_now();
+        }
+        release.send(()).unwrap();
+        for t in threads {
+            let (i, ok) = t.join().unwrap();
+            assert_eq!(ok, i != 3, "writer {i} got the outcome of another batch");
+        }
+        assert!(
+            group.state.lock().failures.is_empty(),
+            "every error was read"
+        );
+    }
+
+    fn first_key(b: &WriteBatch) -> Option<u8> {
+        struct First(Option<u8>);
+        impl rocksdb::WriteBatchIterator for First {
+            fn put(&mut self, key: &[u8], _: &[u8]) {
+                if self.0.is_none() {
+                    self.0 = key.first().copied();
+                }
+            }
+            fn delete(&mut self, _: &[u8]) {}
+        }
+        let mut f = First(None);
+        b.iterate(&mut f);
+        f.0
     }
 
     /// Counts a batch's puts and notes whether one of them is the planted failure.

@@ -24,7 +24,7 @@ use crate::config::Durability;
 use crate::error::{Error, Result};
 
 /// The column families, in the order they are opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Cf {
     Default,
     Records,
@@ -52,6 +52,23 @@ pub(crate) struct EngineOptions {
     pub durability: Durability,
     pub cache_bytes: usize,
     pub write_buffer_bytes: usize,
+    /// Keep every file in this in-memory environment instead of on disk (tests and fuzzing only;
+    /// `None` for every normal store).
+    pub in_memory: Option<MemEnv>,
+}
+
+/// RocksDB's in-memory environment (`NewMemEnv`): files live in a map owned by the environment,
+/// threads and the clock are the default environment's. Clones share the same files, so a store
+/// reopened with a clone finds what the previous one wrote; nothing reaches the disk. For tests
+/// and the fuzz targets only (exposed, opaque, as `idemdb::__internal::InMemory`).
+#[derive(Clone)]
+pub(crate) struct MemEnv(rocksdb::Env);
+
+impl MemEnv {
+    /// A new, empty in-memory environment.
+    pub(crate) fn new() -> Result<Self> {
+        rocksdb::Env::mem_env().map(Self).map_err(classify)
+    }
 }
 
 /// Turns a RocksDB error into ours. The only place that looks at RocksDB error kinds.
@@ -123,13 +140,37 @@ pub(crate) struct Engine {
 pub(crate) const META_FORMAT: &[u8] = b"format";
 pub(crate) const META_STORE_ID: &[u8] = b"store_id";
 pub(crate) const META_FENCE: &[u8] = b"fence_high_water";
+pub(crate) const META_TIME: &[u8] = b"time_high_water";
 
 impl Engine {
     /// Opens or creates the database. Refuses directories holding column families it does not know.
+    /// With `opts.in_memory`, `path` names the database inside that environment and nothing is
+    /// read or written under `path` on disk (the RocksDB binding still creates the directory).
     pub(crate) fn open(path: &Path, opts: &EngineOptions) -> Result<(Self, bool)> {
-        let exists = path.join("CURRENT").exists();
-        if exists {
-            let found = DB::list_cf(&Options::default(), path).map_err(classify)?;
+        // Options carrying the environment: every file operation below goes through it.
+        let env_opts = || {
+            let mut o = Options::default();
+            if let Some(mem) = &opts.in_memory {
+                o.set_env(&mem.0);
+            }
+            o
+        };
+        let found = match &opts.in_memory {
+            None if path.join("CURRENT").exists() => {
+                Some(DB::list_cf(&Options::default(), path).map_err(classify)?)
+            }
+            None => None,
+            // The in-memory environment has no files on disk to look at: ask it. Reading a
+            // missing CURRENT file is the only I/O error it reports (its files never fail);
+            // a database that is there but damaged reports corruption, kept as an error.
+            Some(_) => match DB::list_cf(&env_opts(), path) {
+                Ok(found) => Some(found),
+                Err(e) if e.kind() == ErrorKind::IOError => None,
+                Err(e) => return Err(classify(e)),
+            },
+        };
+        let exists = found.is_some();
+        if let Some(found) = found {
             if let Some(other) = found
                 .iter()
                 .find(|n| !Cf::ALL.iter().any(|c| c.name() == n.as_str()))
@@ -144,7 +185,7 @@ impl Engine {
         let filtered = Arc::new(AtomicU64::new(0));
         let cache = Cache::new_lru_cache(opts.cache_bytes);
 
-        let mut db_opts = Options::default();
+        let mut db_opts = env_opts();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         db_opts.increase_parallelism(2);
@@ -153,6 +194,12 @@ impl Engine {
         db_opts.set_max_total_wal_size(256 << 20);
         db_opts.set_log_level(LogLevel::Warn);
         db_opts.set_keep_log_file_num(4);
+        if opts.in_memory.is_some() {
+            // Opening loads every table of a column family with this many threads, started anew
+            // on every open (16 by default: about 75 threads per open). In memory there is no I/O
+            // to overlap, and the fuzz target opens a store several times per input.
+            db_opts.set_max_file_opening_threads(1);
+        }
 
         let descriptors = Cf::ALL.iter().map(|&cf| {
             let o = cf_options(cf, opts, &cache, &cutoff, &filtered);
@@ -414,28 +461,29 @@ fn cf_options(
     o
 }
 
-/// Merge operator for monotone u64 counters (the fence high-water mark): the result is the largest
-/// well-formed 8-byte big-endian operand. Malformed operands are ignored rather than failing, since
-/// a failed merge would turn the whole database read-only. Total, deterministic, clock-free.
+/// Merge operator for monotone u64 counters (the fence and time high-water marks): the result is
+/// the largest operand, each an 8-byte big-endian integer. An input of any other shape is not
+/// dropped (that could lower a high-water mark): the inputs are kept whole, unmerged, and the
+/// store refuses to open on that value as corrupted. Total, deterministic, clock-free, no panic
+/// (a failed merge would turn the whole database read-only).
 fn max_u64_merge(
     _key: &[u8],
     existing: Option<&[u8]>,
     operands: &MergeOperands,
 ) -> Option<Vec<u8>> {
-    Some(max_u64_fold(existing, operands.iter()))
+    let operands: Vec<&[u8]> = operands.iter().collect();
+    Some(max_u64_fold(existing, &operands))
 }
 
-/// The fold behind [`max_u64_merge`], over any operands (the fuzz target calls it directly).
-pub(crate) fn max_u64_fold<'a>(
-    existing: Option<&'a [u8]>,
-    operands: impl Iterator<Item = &'a [u8]>,
-) -> Vec<u8> {
-    let max = existing
-        .into_iter()
-        .chain(operands)
-        .filter_map(codec::decode_u64)
-        .max()
-        .unwrap_or(0);
+/// The fold behind [`max_u64_merge`] (the fuzz target calls it directly).
+pub(crate) fn max_u64_fold(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+    let mut max = 0;
+    for &input in existing.iter().chain(operands) {
+        match codec::decode_u64(input) {
+            Some(v) => max = max.max(v),
+            None => return codec::keep_unmerged(existing, operands),
+        }
+    }
     max.to_be_bytes().to_vec()
 }
 
@@ -447,15 +495,12 @@ fn versions_merge(
     existing: Option<&[u8]>,
     operands: &MergeOperands,
 ) -> Option<Vec<u8>> {
-    Some(versions_fold(key, existing, operands.iter()))
+    let operands: Vec<&[u8]> = operands.iter().collect();
+    Some(versions_fold(key, existing, &operands))
 }
 
-/// The fold behind [`versions_merge`], over any operands (the fuzz target calls it directly).
-pub(crate) fn versions_fold<'a>(
-    key: &[u8],
-    existing: Option<&'a [u8]>,
-    operands: impl Iterator<Item = &'a [u8]>,
-) -> Vec<u8> {
+/// The fold behind [`versions_merge`] (the fuzz target calls it directly).
+pub(crate) fn versions_fold(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     match key.first() {
         Some(&crate::versions::KIND_REPLICA_VV) => crate::vv::merge_vv_operands(existing, operands),
         Some(&crate::offsets::KIND_OFFSETS) => {
@@ -463,6 +508,7 @@ pub(crate) fn versions_fold<'a>(
         }
         _ => operands
             .last()
+            .copied()
             .or(existing)
             .map(<[u8]>::to_vec)
             .unwrap_or_default(),
@@ -523,5 +569,65 @@ impl CompactionFilter for ExpiryFilter {
 
     fn name(&self) -> &CStr {
         c"idemdb.expiry"
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn mem_opts(mem: &MemEnv) -> EngineOptions {
+        EngineOptions {
+            durability: Durability::Buffered,
+            cache_bytes: 1 << 20,
+            write_buffer_bytes: 1 << 20,
+            in_memory: Some(mem.clone()),
+        }
+    }
+
+    /// In memory, `open` asks the environment (not the disk) whether a database exists: a new one
+    /// is created, the same one is found again (and its column families checked), another
+    /// environment is empty, and nothing is written into the directory on disk. (The directory
+    /// itself must exist: the RocksDB binding creates it on every open, whatever the environment.)
+    #[test]
+    fn in_memory_open_finds_what_it_created_and_checks_column_families() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let mem = MemEnv::new().unwrap();
+        let (engine, created) = Engine::open(&path, &mem_opts(&mem)).unwrap();
+        assert!(created);
+        let mut b = engine.batch();
+        b.put(Cf::Records, b"k", b"v");
+        engine.write(b).unwrap();
+        drop(engine);
+
+        let (engine, created) = Engine::open(&path, &mem_opts(&mem)).unwrap();
+        assert!(
+            !created,
+            "an existing in-memory database was not recognised"
+        );
+        assert_eq!(engine.get(Cf::Records, b"k").unwrap(), Some(b"v".to_vec()));
+        drop(engine);
+
+        let (engine, created) = Engine::open(&path, &mem_opts(&MemEnv::new().unwrap())).unwrap();
+        assert!(created, "another environment shares files");
+        assert_eq!(engine.get(Cf::Records, b"k").unwrap(), None);
+        drop(engine);
+
+        // A column family this store does not know, added by a plain RocksDB in the same
+        // environment, is refused as for a database on disk.
+        let mut o = Options::default();
+        o.set_env(&mem.0);
+        let names: Vec<_> = Cf::ALL.iter().map(|c| c.name()).collect();
+        let mut db = DB::open_cf(&o, &path, names).unwrap();
+        db.create_cf("foreign", &Options::default()).unwrap();
+        drop(db);
+        assert!(matches!(
+            Engine::open(&path, &mem_opts(&mem)),
+            Err(Error::IncompatibleFormat { .. })
+        ));
+        let on_disk: Vec<_> = std::fs::read_dir(&path).unwrap().collect();
+        assert!(on_disk.is_empty(), "written to disk: {on_disk:?}");
     }
 }

@@ -39,9 +39,10 @@ pub(crate) fn meta_of(parts: &Parts, allowed: &[HeaderName]) -> BTreeMap<String,
     meta
 }
 
-/// Bytes the metadata counts against the store's response limit.
+/// Bytes the metadata counts against the store's response limit (with the body's own length
+/// prefix, at most 9 bytes), as [`Response::size`] counts them.
 pub(crate) fn meta_size(meta: &BTreeMap<String, String>) -> usize {
-    meta.iter().map(|(k, v)| k.len() + v.len()).sum()
+    crate::record::meta_size(meta) + 9
 }
 
 /// The HTTP response replaying `replay`.

@@ -12,7 +12,8 @@ const USAGE: &str = "usage:
   idemdb stats   --db DIR
   idemdb inspect --db DIR TENANT KEY
   idemdb sweep   --db DIR
-  idemdb forget  --db DIR TENANT KEY";
+  idemdb forget  --db DIR TENANT KEY
+  idemdb forget  --db DIR --consumer GROUP MESSAGE_ID";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,7 +47,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 let v = it.next().ok_or(format!("{a} needs a number"))?;
                 out.flags.push((a.clone(), Some(v.clone())));
             }
-            "--buffered" => out.flags.push((a.clone(), None)),
+            "--buffered" | "--consumer" => out.flags.push((a.clone(), None)),
             f if f.starts_with("--") => return Err(format!("unknown flag {f}\n{USAGE}")),
             _ => out.positional.push(a.clone()),
         }
@@ -165,7 +166,13 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "forget" => {
             let (t, k) = two(&a)?;
             let store = open_existing(a.db)?;
-            let found = store.forget(&t, &k).map_err(|e| e.to_string())?;
+            let consumer = a.flags.iter().any(|(f, _)| f == "--consumer");
+            let found = if consumer {
+                store.forget_message(&t, &k)
+            } else {
+                store.forget(&t, &k)
+            }
+            .map_err(|e| e.to_string())?;
             println!("{}", if found { "forgotten" } else { "no such record" });
             Ok(ExitCode::SUCCESS)
         }
