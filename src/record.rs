@@ -416,7 +416,7 @@ pub(crate) fn check_duration(what: &'static str, d: Duration, max: Duration) -> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
