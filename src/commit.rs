@@ -2,16 +2,15 @@
 //! checks every condition against one consistent read of each key, and then writes everything in
 //! one `WriteBatch` or nothing at all; after any crash either all of its writes are there or none.
 
-use crate::codec;
 use crate::engine::Cf;
 use crate::error::{Error, InvalidInput, Result};
+use crate::format;
+use crate::format::{entity_key, Kind};
 use crate::metrics::Metrics;
 use crate::record::{FailKind, Lease, LeaseLost, Response};
 use crate::store::{add_record, check_holder, Store};
 use crate::unique::unique_key;
-use crate::versions::{
-    encode_entity, entity_key, next_version, Expect, Version, Versioned, KIND_ENTITY,
-};
+use crate::versions::{encode_entity, next_version, Expect, Version, Versioned};
 
 /// A set of conditions and writes applied all or nothing. Build it with [`Store::commit`].
 #[must_use = "a commit does nothing until `apply` is called"]
@@ -111,7 +110,7 @@ impl Commit<'_> {
             }
         }
         self.ops.push(Op::Entity {
-            key: entity_key(KIND_ENTITY, tenant, id),
+            key: entity_key(Kind::Entity, tenant, id),
             expect,
             write,
         });
@@ -195,7 +194,7 @@ impl Commit<'_> {
     ) -> Self {
         if self.error.is_none() {
             let (index, owner) = (index.as_ref(), owner.as_ref());
-            let encoded = codec::composite(value);
+            let encoded = format::composite(value);
             match self
                 .store
                 .check_names(index, &encoded)

@@ -96,25 +96,33 @@ impl Store {
             lease: opts.lease,
             retention: opts.retention,
         };
-        Ok(match self.claim_in(true, group, id, &[], claim_opts)? {
-            Claim::Acquired(lease) if lease.attempt() > opts.max_attempts.max(1) => {
-                // Its workers kept crashing: poison it instead of handing it out again.
-                let attempts = lease.attempt() - 1;
-                match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
-                    Ok(()) | Err(_) => Begin::Poisoned { attempts },
+        Ok(
+            match self.claim_in(
+                crate::format::Namespace::Consumers,
+                group,
+                id,
+                &[],
+                claim_opts,
+            )? {
+                Claim::Acquired(lease) if lease.attempt() > opts.max_attempts.max(1) => {
+                    // Its workers kept crashing: poison it instead of handing it out again.
+                    let attempts = lease.attempt() - 1;
+                    match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
+                        Ok(()) | Err(_) => Begin::Poisoned { attempts },
+                    }
                 }
-            }
-            Claim::Acquired(lease) => Begin::Process(lease),
-            Claim::Completed(r) => Begin::Duplicate(r),
-            Claim::Failed(r) => match poisoned_attempts(&r) {
-                Some(attempts) => Begin::Poisoned { attempts },
-                None => Begin::Duplicate(r),
+                Claim::Acquired(lease) => Begin::Process(lease),
+                Claim::Completed(r) => Begin::Duplicate(r),
+                Claim::Failed(r) => match poisoned_attempts(&r) {
+                    Some(attempts) => Begin::Poisoned { attempts },
+                    None => Begin::Duplicate(r),
+                },
+                Claim::InProgress { retry_after } => Begin::InFlight { retry_after },
+                Claim::Mismatch => Begin::InFlight {
+                    retry_after: Duration::ZERO,
+                },
             },
-            Claim::InProgress { retry_after } => Begin::InFlight { retry_after },
-            Claim::Mismatch => Begin::InFlight {
-                retry_after: Duration::ZERO,
-            },
-        })
+        )
     }
 
     /// Records a failed processing attempt: releases the message for redelivery, or poisons it

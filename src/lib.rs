@@ -44,12 +44,14 @@ mod config;
 mod consumer;
 mod engine;
 mod error;
+mod format;
 #[cfg(feature = "http")]
 pub mod http;
 mod keys;
 mod metrics;
 mod offsets;
 mod record;
+mod schema;
 mod store;
 mod stripes;
 mod unique;
@@ -80,7 +82,15 @@ pub mod __internal {
     //! Test-only hooks; not part of the stable API. The `decode` fuzz target (`fuzz/`) feeds
     //! arbitrary bytes through every decoder and merge fold below; the `model` fuzz target runs
     //! its stores in an [`InMemory`] environment.
-    pub use crate::codec::{record_key, split_record_key};
+    /// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
+    pub fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+        crate::format::split_record_key(bytes)
+    }
+
+    /// The record key of request `(tenant, key)`.
+    pub fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
+        crate::format::record_key(crate::format::Namespace::Requests, tenant, key).to_vec()
+    }
 
     use crate::{OffsetWindow, RecordInfo, Result, Siblings, VersionVector};
 
@@ -120,7 +130,7 @@ pub mod __internal {
 
     /// Seals `body` in the generic envelope `[format][body][crc32 BE]`.
     pub fn seal(body: &[u8]) -> Vec<u8> {
-        crate::codec::seal(body)
+        crate::format::seal(body)
     }
 
     /// Decodes a versioned entity value (kind 1): its version and value (`None`: a tombstone).
@@ -136,12 +146,12 @@ pub mod __internal {
 
     /// Decodes a causal entity value (kind 2).
     pub fn decode_siblings(bytes: &[u8]) -> Result<Siblings> {
-        crate::codec::unseal_bincode("causal entity", bytes)
+        crate::format::unseal_bincode("causal entity", bytes)
     }
 
     /// Decodes a replica version vector value (kind 3).
     pub fn decode_version_vector(bytes: &[u8]) -> Result<VersionVector> {
-        crate::codec::unseal_bincode("version vector", bytes)
+        crate::format::unseal_bincode("version vector", bytes)
     }
 
     /// Encodes a replica version vector value (kind 3), as a merge operand.
@@ -151,12 +161,12 @@ pub mod __internal {
 
     /// Decodes an offset window value (kind 4).
     pub fn decode_offset_window(bytes: &[u8]) -> Result<OffsetWindow> {
-        crate::codec::unseal_bincode("offset window", bytes)
+        crate::format::unseal_bincode("offset window", bytes)
     }
 
     /// Encodes an offset window value (kind 4), as a merge operand.
     pub fn encode_offset_window(w: &OffsetWindow) -> Vec<u8> {
-        crate::codec::seal_bincode("offset window", w).unwrap_or_default()
+        crate::format::seal_bincode("offset window", w).unwrap_or_default()
     }
 
     /// A reservation's owner and, if bound to a lease, the lease's (record key, fence).
@@ -164,28 +174,28 @@ pub mod __internal {
 
     /// Decodes a unique reservation value (kind 5).
     pub fn decode_reservation(bytes: &[u8]) -> Result<DecodedReservation> {
-        let s: crate::unique::Stored = crate::codec::unseal_bincode("reservation", bytes)?;
+        let s: crate::unique::Stored = crate::format::unseal_bincode("reservation", bytes)?;
         Ok((s.owner, s.bound))
     }
 
     /// The expiry index key of a record version.
     pub fn index_key(expires_at: u64, fence: u64, record_key: &[u8]) -> Vec<u8> {
-        crate::codec::index_key(expires_at, fence, record_key)
+        crate::format::index_key(expires_at, fence, record_key)
     }
 
     /// Splits an expiry index key into (expiry time, record key).
     pub fn split_index_key(bytes: &[u8]) -> Option<(u64, &[u8])> {
-        crate::codec::split_index_key(bytes)
+        crate::format::split_index_key(bytes)
     }
 
     /// The `versions` column family's merge operator on a key, an existing value and operands.
     pub fn versions_merge(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-        crate::engine::versions_fold(key, existing, operands)
+        crate::schema::versions_fold(key, existing, operands)
     }
 
     /// The `meta` column family's merge operator (the fence high-water mark).
     pub fn max_u64_merge(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-        crate::engine::max_u64_fold(existing, operands)
+        crate::format::max_u64_fold(existing, operands)
     }
 }
 

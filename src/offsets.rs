@@ -10,13 +10,10 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
 use crate::engine::Cf;
 use crate::error::Result;
+use crate::format::{self, entity_key, Kind};
 use crate::store::Store;
-use crate::versions::entity_key;
-
-pub(crate) const KIND_OFFSETS: u8 = 4;
 
 /// The processed offsets of one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,19 +59,19 @@ impl OffsetWindow {
 }
 
 fn encode(w: &OffsetWindow) -> Result<Vec<u8>> {
-    codec::seal_bincode("offset window", w)
+    format::seal_bincode("offset window", w)
 }
 
 /// The offset-window merge: the join of the existing value and every operand; if one of them does
 /// not decode, every input is kept unmerged (reads report the window as corrupted instead of
-/// forgetting processed offsets, see `codec::merge_sealed`). Total, deterministic, clock-free.
+/// forgetting processed offsets, see `format::merge_sealed`). Total, deterministic, clock-free.
 pub(crate) fn merge_offset_operands(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    codec::merge_sealed("offset window", existing, operands, OffsetWindow::join)
+    format::merge_sealed("offset window", existing, operands, OffsetWindow::join)
 }
 
 fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {
-    let id = codec::composite(&[topic, &partition.to_be_bytes()]);
-    entity_key(KIND_OFFSETS, group, &id)
+    let id = format::composite(&[topic, &partition.to_be_bytes()]);
+    entity_key(Kind::Offsets, group, &id)
 }
 
 impl Store {

@@ -16,7 +16,7 @@ use crate::error::{InvalidInput, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// The body, byte for byte.
-    #[serde(with = "crate::codec::bytes")]
+    #[serde(with = "crate::format::bytes")]
     pub body: Vec<u8>,
     /// Small string metadata, such as `status` → `201`.
     pub meta: BTreeMap<String, String>,
@@ -88,7 +88,7 @@ pub struct Checkpoint {
     /// The phase reached, for example `"charged"`.
     pub phase: String,
     /// Whatever state the operation needs to resume from that phase.
-    #[serde(with = "crate::codec::bytes")]
+    #[serde(with = "crate::format::bytes")]
     pub state: Vec<u8>,
 }
 
@@ -105,13 +105,13 @@ pub struct Lease {
     pub(crate) takeover: bool,
     pub(crate) checkpoint: Option<Checkpoint>,
     pub(crate) store_id: u128,
-    /// Whether this lease is for a consumer message (consumer namespace) or a request.
-    pub(crate) consumer: bool,
+    /// Whether this lease is for a consumer message or a request.
+    pub(crate) ns: crate::format::Namespace,
 }
 
 impl Lease {
-    pub(crate) fn record_key(&self) -> crate::codec::RecordKey {
-        crate::codec::record_key_in(self.consumer, &self.tenant, &self.key)
+    pub(crate) fn record_key(&self) -> crate::format::RecordKey {
+        crate::format::record_key(self.ns, &self.tenant, &self.key)
     }
 
     /// The tenant of the key.
@@ -267,7 +267,7 @@ impl ClaimOptions {
 pub(crate) struct Record {
     #[serde(skip)]
     pub expires_at: Millis,
-    #[serde(with = "crate::codec::bytes")]
+    #[serde(with = "crate::format::bytes")]
     pub fingerprint: Vec<u8>,
     pub created_at: Millis,
     pub fence: u64,
@@ -430,7 +430,7 @@ mod tests {
                     let v = "v".repeat(lens[i % 4]);
                     r.meta.insert(format!("k{i}"), v);
                 }
-                let stored = crate::codec::to_bincode("response", &r).unwrap();
+                let stored = crate::format::to_bincode("response", &r).unwrap();
                 assert_eq!(r.size(), stored.len(), "body {body}, {entries} entries");
             }
         }

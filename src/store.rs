@@ -21,6 +21,7 @@ use crate::engine::{
     Cf, Engine, EngineOptions, EngineProperty, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME,
 };
 use crate::error::{corrupted, Error, InvalidInput, Result};
+use crate::format::{self, Namespace};
 use crate::metrics::{Metrics, Stats};
 use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
@@ -101,10 +102,12 @@ impl Store {
         let (engine, created) = Engine::open(
             &cfg.path,
             &EngineOptions {
-                durability: cfg.durability,
+                sync: cfg.durability == crate::config::Durability::Synced,
                 cache_bytes: cfg.cache_bytes,
                 write_buffer_bytes: cfg.write_buffer_bytes,
                 in_memory: cfg.in_memory.clone(),
+                hooks: crate::schema::hooks,
+                format: format::FORMAT,
             },
         )?;
         let store_id = init_meta(&engine, created)?;
@@ -153,7 +156,7 @@ impl Store {
         opts: ClaimOptions,
     ) -> Result<Claim> {
         self.claim_in(
-            false,
+            Namespace::Requests,
             tenant.as_ref(),
             key.as_ref(),
             fingerprint.as_ref(),
@@ -163,7 +166,7 @@ impl Store {
 
     pub(crate) fn claim_in(
         &self,
-        consumer: bool,
+        ns: Namespace,
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
@@ -193,7 +196,7 @@ impl Store {
         let (lease_ms, retention_ms) = (duration_millis(lease_d), duration_millis(retention_d));
         let m = &self.inner.metrics;
 
-        let rkey = codec::record_key_in(consumer, tenant, key);
+        let rkey = format::record_key(ns, tenant, key);
         let answered = |answer: Claim| {
             if matches!(answer, Claim::InProgress { .. }) {
                 Metrics::bump(&m.in_progress);
@@ -260,7 +263,7 @@ impl Store {
             takeover,
             checkpoint: new.checkpoint.clone(),
             store_id: self.inner.store_id,
-            consumer,
+            ns,
         };
         stripe.written(&rkey, new);
         drop(stripe);
@@ -416,7 +419,7 @@ impl Store {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.check_names(tenant, key)?;
         let now = self.now();
-        let rec = self.load(&codec::record_key_in(false, tenant, key))?;
+        let rec = self.load(&format::record_key(Namespace::Requests, tenant, key))?;
         Ok(rec.filter(|r| r.expires_at > now).map(|r| r.info()))
     }
 
@@ -424,7 +427,7 @@ impl Store {
     /// Returns whether anything was stored for the key. A holder of its lease gets
     /// [`LeaseLost::Gone`].
     pub fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
-        self.forget_in(false, tenant.as_ref(), key.as_ref())
+        self.forget_in(Namespace::Requests, tenant.as_ref(), key.as_ref())
     }
 
     /// Deletes the record of a consumer message (see [`Store::begin`]), whatever its state, even
@@ -436,12 +439,12 @@ impl Store {
         group: impl AsRef<[u8]>,
         message_id: impl AsRef<[u8]>,
     ) -> Result<bool> {
-        self.forget_in(true, group.as_ref(), message_id.as_ref())
+        self.forget_in(Namespace::Consumers, group.as_ref(), message_id.as_ref())
     }
 
-    fn forget_in(&self, consumer: bool, tenant: &[u8], key: &[u8]) -> Result<bool> {
+    fn forget_in(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
         self.check_names(tenant, key)?;
-        let rkey = codec::record_key_in(consumer, tenant, key);
+        let rkey = format::record_key(ns, tenant, key);
         let mut stripe = self.lock(&rkey);
         stripe.forget(&rkey);
         let Some(raw) = self.inner.engine.get(Cf::Records, &rkey)? else {
@@ -452,7 +455,7 @@ impl Store {
         if let Ok(rec) = codec::decode_record(&raw) {
             batch.delete(
                 Cf::Expiry,
-                &codec::index_key(rec.expires_at, rec.fence, &rkey),
+                &format::index_key(rec.expires_at, rec.fence, &rkey),
             );
         }
         self.inner.engine.write(batch)?;
@@ -474,7 +477,7 @@ impl Store {
         // it was written; the compaction filter still drops it.
         let mut from = self.inner.sweep_from.lock();
         let now = self.now();
-        let upper = codec::index_bound(now.saturating_add(1));
+        let upper = format::index_bound(now.saturating_add(1));
         let mut entries = Vec::new();
         self.inner
             .engine
@@ -486,7 +489,7 @@ impl Store {
         for entry in &entries {
             let mut batch = self.inner.engine.batch();
             batch.delete(Cf::Expiry, entry);
-            if let Some((_, rkey)) = codec::split_index_key(entry) {
+            if let Some((_, rkey)) = format::split_index_key(entry) {
                 let mut stripe = self.lock(rkey);
                 // Only the record's index slot matters: read it from a borrowed view.
                 let slot = self.inner.engine.get_with(Cf::Records, rkey, |v| {
@@ -494,7 +497,7 @@ impl Store {
                         .map(|rec| rec.index_slot())
                 })?;
                 if let Some((expires_at, fence)) = slot {
-                    let is_current = codec::index_key(expires_at, fence, rkey) == *entry;
+                    let is_current = format::index_key(expires_at, fence, rkey) == *entry;
                     if is_current && expires_at <= now {
                         stripe.forget(rkey);
                         batch.delete(Cf::Records, rkey);
@@ -533,7 +536,7 @@ impl Store {
     pub fn stats(&self) -> Result<Stats> {
         let e = &self.inner.engine;
         let mut counters = self.inner.metrics.snapshot();
-        counters.compaction_dropped = e.filtered();
+        counters.compaction_dropped = e.filtered(Cf::Records);
         let mut live_sst_bytes = 0;
         let mut memtable_bytes = 0;
         for cf in Cf::ALL {
@@ -654,7 +657,7 @@ impl Store {
     ) -> Result<T> {
         match self.inner.engine.get(Cf::Versions, key)? {
             None => Ok(T::default()),
-            Some(b) => codec::unseal_bincode(what, &b),
+            Some(b) => format::unseal_bincode(what, &b),
         }
     }
 
@@ -703,7 +706,11 @@ impl Store {
         }
         let now = self.now();
         Ok(
-            match self.inspect(&codec::record_key_in(false, tenant, key), fingerprint, now)? {
+            match self.inspect(
+                &format::record_key(Namespace::Requests, tenant, key),
+                fingerprint,
+                now,
+            )? {
                 Inspected::Answer(Claim::InProgress { .. }) => None,
                 Inspected::Answer(answer) => Some(answer),
                 _ => None,
@@ -777,11 +784,11 @@ pub(crate) fn add_record(
     batch.put(Cf::Records, rkey, &codec::encode_record(new)?);
     if old != Some(new.index_slot()) {
         if let Some((expires_at, fence)) = old {
-            batch.delete(Cf::Expiry, &codec::index_key(expires_at, fence, rkey));
+            batch.delete(Cf::Expiry, &format::index_key(expires_at, fence, rkey));
         }
         batch.put(
             Cf::Expiry,
-            &codec::index_key(new.expires_at, new.fence, rkey),
+            &format::index_key(new.expires_at, new.fence, rkey),
             &[],
         );
     }
@@ -969,7 +976,7 @@ impl std::fmt::Debug for Store {
 fn read_meta_u64(engine: &Engine, key: &[u8], what: &'static str) -> Result<u64> {
     match engine.get(Cf::Meta, key)? {
         None => Ok(0),
-        Some(b) => codec::decode_u64(&b).ok_or_else(|| corrupted(what, "not an 8-byte integer")),
+        Some(b) => format::decode_u64(&b).ok_or_else(|| corrupted(what, "not an 8-byte integer")),
     }
 }
 
@@ -977,11 +984,11 @@ fn read_meta_u64(engine: &Engine, key: &[u8], what: &'static str) -> Result<u64>
 fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
     let format = engine.get(Cf::Meta, META_FORMAT)?;
     match format.as_deref() {
-        Some([v]) if *v == codec::FORMAT => {}
+        Some([v]) if *v == format::FORMAT => {}
         Some(other) => {
             return Err(Error::IncompatibleFormat {
                 found: format!("format marker {other:?}"),
-                expected: codec::FORMAT,
+                expected: format::FORMAT,
             })
         }
         None => {
@@ -997,13 +1004,13 @@ fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
                     found: "data without a format marker (not an idemdb store, or its meta \
                             column family was lost)"
                         .into(),
-                    expected: codec::FORMAT,
+                    expected: format::FORMAT,
                 });
             }
             let id = crate::keys::random_u128();
             let mut b = engine.batch();
             b.put(Cf::Meta, META_STORE_ID, &id.to_be_bytes());
-            b.put(Cf::Meta, META_FORMAT, &[codec::FORMAT]);
+            b.put(Cf::Meta, META_FORMAT, &[format::FORMAT]);
             engine.write_synced(b)?;
             return Ok(id);
         }

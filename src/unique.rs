@@ -7,14 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
 use crate::engine::Cf;
 use crate::error::Result;
+use crate::format::{self, entity_key, Kind};
 use crate::record::{Lease, LeaseLost, State};
 use crate::store::{check_holder, Store};
-use crate::versions::entity_key;
-
-pub(crate) const KIND_UNIQUE: u8 = 5;
 
 /// The outcome of a reservation attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,12 +73,12 @@ impl Stored {
     }
 
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
-        codec::seal_bincode("reservation", self)
+        format::seal_bincode("reservation", self)
     }
 }
 
 pub(crate) fn unique_key(index: &[u8], value: &[&[u8]]) -> Vec<u8> {
-    entity_key(KIND_UNIQUE, index, &codec::composite(value))
+    entity_key(Kind::Unique, index, &format::composite(value))
 }
 
 impl Store {
@@ -157,9 +154,9 @@ impl Store {
     }
 
     fn unique_key_checked(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
-        let encoded = codec::composite(value);
+        let encoded = format::composite(value);
         self.check_names(index, &encoded)?;
-        Ok(entity_key(KIND_UNIQUE, index, &encoded))
+        Ok(entity_key(Kind::Unique, index, &encoded))
     }
 
     /// Writes `stored` at `key` unless another live owner holds it. Caller holds the stripe.
@@ -180,7 +177,7 @@ impl Store {
         let Some(bytes) = self.engine().get(Cf::Versions, key)? else {
             return Ok(None);
         };
-        let stored: Stored = codec::unseal_bincode("reservation", &bytes)?;
+        let stored: Stored = format::unseal_bincode("reservation", &bytes)?;
         let Some((rkey, fence)) = &stored.bound else {
             return Ok(Some(stored));
         };

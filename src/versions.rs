@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use crate::codec;
 use crate::engine::Cf;
 use crate::error::{corrupted, Error, Result};
+use crate::format::{self, entity_key, Kind};
 use crate::store::Store;
 
 /// An entity version: 1 for the first write, one more for every write after it.
@@ -68,19 +68,6 @@ impl Default for UpdateOptions {
     }
 }
 
-/// Key kinds inside the `versions` column family.
-pub(crate) const KIND_ENTITY: u8 = 1;
-pub(crate) const KIND_CAUSAL: u8 = 2;
-pub(crate) const KIND_REPLICA_VV: u8 = 3;
-
-/// `[kind][record key of (tenant, id)]`.
-pub(crate) fn entity_key(kind: u8, tenant: &[u8], id: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(5 + tenant.len() + id.len());
-    k.push(kind);
-    k.extend_from_slice(&codec::record_key(tenant, id));
-    k
-}
-
 /// The stored state of an entity: its version, and its value unless it is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
@@ -108,11 +95,11 @@ pub(crate) fn encode_entity(version: Version, value: Option<&[u8]>) -> Vec<u8> {
         }
         None => body.push(0),
     }
-    codec::seal(&body)
+    format::seal(&body)
 }
 
 pub(crate) fn decode_entity(bytes: &[u8]) -> Result<Stored> {
-    let body = codec::unseal("entity", bytes)?;
+    let body = format::unseal("entity", bytes)?;
     let Some((version, rest)) = body.split_first_chunk::<8>() else {
         return Err(corrupted("entity", "too short"));
     };
@@ -153,7 +140,7 @@ impl Store {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
         Ok(self
-            .load_entity(&entity_key(KIND_ENTITY, tenant, id))?
+            .load_entity(&entity_key(Kind::Entity, tenant, id))?
             .and_then(|s| s.live()))
     }
 
@@ -247,7 +234,7 @@ impl Store {
     where
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
     {
-        let key = entity_key(KIND_ENTITY, tenant, id);
+        let key = entity_key(Kind::Entity, tenant, id);
         let _g = self.lock(&key);
         let cur = self.load_entity(&key)?;
         let new = f(cur.as_ref().and_then(|s| s.value.as_deref()));
@@ -278,7 +265,7 @@ impl Store {
         if let Some(v) = value {
             self.check_size("value", v.len())?;
         }
-        let key = entity_key(KIND_ENTITY, tenant, id);
+        let key = entity_key(Kind::Entity, tenant, id);
         let _g = self.lock(&key);
         let cur = self.load_entity(&key)?;
         if !expect.holds(cur.as_ref()) {

@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
 use crate::engine::Cf;
 use crate::error::Result;
+use crate::format::{self, entity_key, Kind};
 use crate::store::Store;
-use crate::versions::{entity_key, KIND_CAUSAL, KIND_REPLICA_VV};
 
 /// A version vector: for each actor (replica, region, writer), how many of its events are known.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +123,7 @@ pub struct Sibling {
     /// That actor's event counter for this write.
     pub counter: u64,
     /// The value.
-    #[serde(with = "crate::codec::bytes")]
+    #[serde(with = "crate::format::bytes")]
     pub value: Vec<u8>,
 }
 
@@ -139,14 +138,14 @@ pub struct Siblings {
 }
 
 pub(crate) fn encode_vv(vv: &VersionVector) -> Result<Vec<u8>> {
-    codec::seal_bincode("version vector", vv)
+    format::seal_bincode("version vector", vv)
 }
 
 /// The replica-vector merge operator: the pointwise maximum of the existing value and every
 /// operand; if one of them does not decode, every input is kept unmerged (reads report the key
-/// as corrupted, see `codec::merge_sealed`). Never fails; the result depends on the inputs alone.
+/// as corrupted, see `format::merge_sealed`). Never fails; the result depends on the inputs alone.
 pub(crate) fn merge_vv_operands(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    codec::merge_sealed("version vector", existing, operands, VersionVector::merge)
+    format::merge_sealed("version vector", existing, operands, VersionVector::merge)
 }
 
 impl Store {
@@ -154,7 +153,7 @@ impl Store {
     pub fn causal_get(&self, tenant: impl AsRef<[u8]>, id: impl AsRef<[u8]>) -> Result<Siblings> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
-        self.load_causal(&entity_key(KIND_CAUSAL, tenant, id))
+        self.load_causal(&entity_key(Kind::Causal, tenant, id))
     }
 
     /// Writes `value` as `actor`, having read `context`. Siblings the context has seen are
@@ -175,7 +174,7 @@ impl Store {
         self.check_names(tenant, id)?;
         self.check_names(tenant, actor.as_bytes())?;
         self.check_size("value", value.len())?;
-        let key = entity_key(KIND_CAUSAL, tenant, id);
+        let key = entity_key(Kind::Causal, tenant, id);
         let _g = self.lock(&key);
         let mut state = self.load_causal(&key)?;
         state.values.retain(|s| s.counter > context.get(&s.actor));
@@ -186,7 +185,7 @@ impl Store {
             counter,
             value,
         });
-        let encoded = codec::seal_bincode("causal entity", &state)?;
+        let encoded = format::seal_bincode("causal entity", &state)?;
         self.check_bounded(
             "causal entity with its siblings",
             encoded.len(),
@@ -211,7 +210,7 @@ impl Store {
     ) -> Result<Siblings> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
-        let key = entity_key(KIND_CAUSAL, tenant, id);
+        let key = entity_key(Kind::Causal, tenant, id);
         let _g = self.lock(&key);
         let mut b = self.engine().batch();
         let left = match self.load_causal(&key) {
@@ -230,7 +229,7 @@ impl Store {
         b.put(
             Cf::Versions,
             &key,
-            &codec::seal_bincode("causal entity", &left)?,
+            &format::seal_bincode("causal entity", &left)?,
         );
         self.engine().write(b)?;
         Ok(left)
@@ -248,7 +247,7 @@ impl Store {
     ) -> Result<()> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
-        let key = entity_key(KIND_REPLICA_VV, tenant, id);
+        let key = entity_key(Kind::ReplicaVector, tenant, id);
         let operand = encode_vv(vv)?;
         let _g = self.lock(&key);
         let merged = self
@@ -256,7 +255,7 @@ impl Store {
             .merged(vv);
         self.check_bounded(
             "replica version vector",
-            codec::to_bincode("version vector", &merged)?.len(),
+            format::to_bincode("version vector", &merged)?.len(),
             "use fewer actors (replicas) per vector",
         )?;
         let mut b = self.engine().batch();
@@ -272,7 +271,7 @@ impl Store {
     ) -> Result<VersionVector> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         self.check_names(tenant, id)?;
-        let key = entity_key(KIND_REPLICA_VV, tenant, id);
+        let key = entity_key(Kind::ReplicaVector, tenant, id);
         self.load_sealed("version vector", &key)
     }
 

@@ -1,7 +1,10 @@
-//! The RocksDB boundary. Invariants: this is the only module that names `rocksdb`; every column
-//! family is configured explicitly (including `default`); RocksDB errors are classified here, once;
-//! the callbacks installed here (merge operator, compaction filters) are total functions that never
-//! panic and never read the clock.
+//! The RocksDB boundary, the bottom floor. Invariants: this is the only module that names
+//! `rocksdb`, and it imports nothing above it (only errors and the time unit): what a column family
+//! holds is not its business, so the layers above hand it, per column family, the merge fold and
+//! the compaction filter's test it runs ([`CfHooks`]); every column family is configured
+//! explicitly (including `default`); RocksDB errors are classified here, once; the callbacks it
+//! installs only call those hooks, which must be total functions that never panic and never read
+//! the clock (the filter gets its cut-off from an atomic the store updates).
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -12,15 +15,13 @@ use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamilyDescriptor, CompactOptions,
-    DBCompressionType, DataBlockIndexType, ErrorKind, FlushOptions, LogLevel, MergeOperands,
-    Options, ReadOptions, WriteBatch, WriteOptions, DB,
+    DBCompressionType, DataBlockIndexType, ErrorKind, FlushOptions, LogLevel, Options, ReadOptions,
+    WriteBatch, WriteOptions, DB,
 };
 
 mod group;
 
 use crate::clock::Millis;
-use crate::codec;
-use crate::config::Durability;
 use crate::error::{Error, Result};
 
 /// The column families, in the order they are opened.
@@ -47,14 +48,36 @@ impl Cf {
     }
 }
 
-/// What the engine needs from the configuration.
+/// A merge fold: the value of `key` from its existing value (if any) and its operands, in order.
+pub(crate) type MergeFn = fn(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8>;
+
+/// A compaction filter's test: whether `(key, value)` may be dropped at cut-off time `cutoff`.
+pub(crate) type ExpiredFn = fn(key: &[u8], value: &[u8], cutoff: Millis) -> bool;
+
+/// What the layers above run inside RocksDB for one column family. Both must be total,
+/// deterministic, panic-free and clock-free (a panic in a RocksDB callback aborts the process; a
+/// failed merge turns the database read-only).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CfHooks {
+    /// The merge operator's name (stored in RocksDB's OPTIONS file: never rename) and fold.
+    pub merge: Option<(&'static str, MergeFn)>,
+    /// The compaction filter: an entry for which it says `true` is dropped.
+    pub expired: Option<ExpiredFn>,
+}
+
+/// What the engine needs from the layers above.
 pub(crate) struct EngineOptions {
-    pub durability: Durability,
+    /// Sync the WAL on every [`Engine::write`] (through group commit).
+    pub sync: bool,
     pub cache_bytes: usize,
     pub write_buffer_bytes: usize,
     /// Keep every file in this in-memory environment instead of on disk (tests and fuzzing only;
-    /// `None` for every normal store).
+    /// see [`MemEnv`]).
     pub in_memory: Option<MemEnv>,
+    /// The hooks of each column family.
+    pub hooks: fn(Cf) -> CfHooks,
+    /// The store format this build writes, named when a directory holds something else.
+    pub format: u8,
 }
 
 /// RocksDB's in-memory environment (`NewMemEnv`): files live in a map owned by the environment,
@@ -133,8 +156,8 @@ pub(crate) struct Engine {
     group: Option<group::GroupCommit>,
     /// Records and index entries that expire at or before this time may be dropped by compaction.
     cutoff: Arc<AtomicU64>,
-    /// How many records the compaction filter has dropped since open.
-    filtered: Arc<AtomicU64>,
+    /// How many entries each column family's compaction filter dropped since open.
+    dropped: [Arc<AtomicU64>; 5],
 }
 
 pub(crate) const META_FORMAT: &[u8] = b"format";
@@ -177,12 +200,12 @@ impl Engine {
             {
                 return Err(Error::IncompatibleFormat {
                     found: format!("a RocksDB database with column family {other:?}"),
-                    expected: codec::FORMAT,
+                    expected: opts.format,
                 });
             }
         }
         let cutoff = Arc::new(AtomicU64::new(0));
-        let filtered = Arc::new(AtomicU64::new(0));
+        let dropped: [Arc<AtomicU64>; 5] = Default::default();
         let cache = Cache::new_lru_cache(opts.cache_bytes);
 
         let mut db_opts = env_opts();
@@ -202,13 +225,13 @@ impl Engine {
         }
 
         let descriptors = Cf::ALL.iter().map(|&cf| {
-            let o = cf_options(cf, opts, &cache, &cutoff, &filtered);
+            let o = cf_options(cf, opts, &cache, &cutoff, &dropped[cf as usize]);
             ColumnFamilyDescriptor::new(cf.name(), o)
         });
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(classify)?;
 
         let mut write_opts = WriteOptions::default();
-        write_opts.set_sync(opts.durability == Durability::Synced);
+        write_opts.set_sync(opts.sync);
         let mut read_opts = ReadOptions::default();
         read_opts.set_verify_checksums(true);
         Ok((
@@ -217,9 +240,9 @@ impl Engine {
                 write_opts,
                 buffered_opts: WriteOptions::default(),
                 read_opts,
-                group: (opts.durability == Durability::Synced).then(group::GroupCommit::default),
+                group: opts.sync.then(group::GroupCommit::default),
                 cutoff,
-                filtered,
+                dropped,
             },
             !exists,
         ))
@@ -332,8 +355,8 @@ impl Engine {
     }
 
     /// Records dropped by the compaction filter since open.
-    pub(crate) fn filtered(&self) -> u64 {
-        self.filtered.load(Ordering::Relaxed)
+    pub(crate) fn filtered(&self, cf: Cf) -> u64 {
+        self.dropped[cf as usize].load(Ordering::Relaxed)
     }
 
     /// Flushes memtables and compacts every column family down to the last level, so the
@@ -402,7 +425,7 @@ fn cf_options(
     opts: &EngineOptions,
     cache: &Cache,
     cutoff: &Arc<AtomicU64>,
-    filtered: &Arc<AtomicU64>,
+    dropped: &Arc<AtomicU64>,
 ) -> Options {
     let mut o = Options::default();
     o.set_compression_type(DBCompressionType::Lz4);
@@ -412,10 +435,25 @@ fn cf_options(
     table.set_cache_index_and_filter_blocks(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_format_version(6);
+    let hooks = (opts.hooks)(cf);
+    if let Some((name, fold)) = hooks.merge {
+        o.set_merge_operator_associative(name, move |key, existing, operands| {
+            let operands: Vec<&[u8]> = operands.iter().collect();
+            Some(fold(key, existing, &operands))
+        });
+    }
+    if let Some(expired) = hooks.expired {
+        o.set_compaction_filter_factory(FilterFactory {
+            cutoff: Arc::clone(cutoff),
+            dropped: Arc::clone(dropped),
+            expired,
+        });
+        // Revisit cold files every 6 hours so expired entries do not linger for 30 days.
+        o.set_periodic_compaction_seconds(6 * 3600);
+    }
     match cf {
         Cf::Records | Cf::Versions => {
-            if cf == Cf::Versions {
-                o.set_merge_operator_associative("idemdb.versions_merge", versions_merge);
+            if hooks.merge.is_some() {
                 // Fold long runs of merge operands in the memtable, so reads stay cheap.
                 o.set_max_successive_merges(64);
             }
@@ -430,30 +468,11 @@ fn cf_options(
             o.set_memtable_whole_key_filtering(true);
             o.set_write_buffer_size(opts.write_buffer_bytes);
             o.set_max_write_buffer_number(4);
-            if cf == Cf::Records {
-                o.set_compaction_filter_factory(ExpiryFilterFactory {
-                    cutoff: Arc::clone(cutoff),
-                    filtered: Arc::clone(filtered),
-                    kind: FilterKind::Record,
-                });
-                // Revisit cold files every 6 hours so expired records do not linger for 30 days.
-                o.set_periodic_compaction_seconds(6 * 3600);
-            }
         }
         Cf::Expiry => {
             o.set_write_buffer_size(opts.write_buffer_bytes / 4);
-            o.set_compaction_filter_factory(ExpiryFilterFactory {
-                cutoff: Arc::clone(cutoff),
-                filtered: Arc::new(AtomicU64::new(0)),
-                kind: FilterKind::Index,
-            });
-            o.set_periodic_compaction_seconds(6 * 3600);
         }
-        Cf::Meta => {
-            o.set_merge_operator_associative("idemdb.max_u64", max_u64_merge);
-            o.set_write_buffer_size(4 << 20);
-        }
-        Cf::Default => {
+        Cf::Meta | Cf::Default => {
             o.set_write_buffer_size(4 << 20);
         }
     }
@@ -461,86 +480,27 @@ fn cf_options(
     o
 }
 
-/// Merge operator for monotone u64 counters (the fence and time high-water marks): the result is
-/// the largest operand, each an 8-byte big-endian integer. An input of any other shape is not
-/// dropped (that could lower a high-water mark): the inputs are kept whole, unmerged, and the
-/// store refuses to open on that value as corrupted. Total, deterministic, clock-free, no panic
-/// (a failed merge would turn the whole database read-only).
-fn max_u64_merge(
-    _key: &[u8],
-    existing: Option<&[u8]>,
-    operands: &MergeOperands,
-) -> Option<Vec<u8>> {
-    let operands: Vec<&[u8]> = operands.iter().collect();
-    Some(max_u64_fold(existing, &operands))
-}
-
-/// The fold behind [`max_u64_merge`] (the fuzz target calls it directly).
-pub(crate) fn max_u64_fold(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    let mut max = 0;
-    for &input in existing.iter().chain(operands) {
-        match codec::decode_u64(input) {
-            Some(v) => max = max.max(v),
-            None => return codec::keep_unmerged(existing, operands),
-        }
-    }
-    max.to_be_bytes().to_vec()
-}
-
-/// Merge operator of the versions CF, dispatching on the key's kind byte: replica version vectors
-/// (`vv::merge_vv_operands`) and offset windows (`offsets::merge_offset_operands`). Any other key
-/// keeps its existing value (or the last operand). Total: always `Some`, never panics.
-fn versions_merge(
-    key: &[u8],
-    existing: Option<&[u8]>,
-    operands: &MergeOperands,
-) -> Option<Vec<u8>> {
-    let operands: Vec<&[u8]> = operands.iter().collect();
-    Some(versions_fold(key, existing, &operands))
-}
-
-/// The fold behind [`versions_merge`] (the fuzz target calls it directly).
-pub(crate) fn versions_fold(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    match key.first() {
-        Some(&crate::versions::KIND_REPLICA_VV) => crate::vv::merge_vv_operands(existing, operands),
-        Some(&crate::offsets::KIND_OFFSETS) => {
-            crate::offsets::merge_offset_operands(existing, operands)
-        }
-        _ => operands
-            .last()
-            .copied()
-            .or(existing)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default(),
-    }
-}
-
-#[derive(Clone, Copy)]
-enum FilterKind {
-    Record,
-    Index,
-}
-
-struct ExpiryFilterFactory {
+/// Makes one [`Filter`] per compaction, with the cut-off of that moment.
+struct FilterFactory {
     cutoff: Arc<AtomicU64>,
-    filtered: Arc<AtomicU64>,
-    kind: FilterKind,
+    dropped: Arc<AtomicU64>,
+    expired: ExpiredFn,
 }
 
-struct ExpiryFilter {
+struct Filter {
     cutoff: Millis,
-    filtered: Arc<AtomicU64>,
-    kind: FilterKind,
+    dropped: Arc<AtomicU64>,
+    expired: ExpiredFn,
 }
 
-impl CompactionFilterFactory for ExpiryFilterFactory {
-    type Filter = ExpiryFilter;
+impl CompactionFilterFactory for FilterFactory {
+    type Filter = Filter;
 
-    fn create(&mut self, _context: CompactionFilterContext) -> ExpiryFilter {
-        ExpiryFilter {
+    fn create(&mut self, _context: CompactionFilterContext) -> Filter {
+        Filter {
             cutoff: self.cutoff.load(Ordering::Relaxed),
-            filtered: Arc::clone(&self.filtered),
-            kind: self.kind,
+            dropped: Arc::clone(&self.dropped),
+            expired: self.expired,
         }
     }
 
@@ -549,21 +509,16 @@ impl CompactionFilterFactory for ExpiryFilterFactory {
     }
 }
 
-impl CompactionFilter for ExpiryFilter {
-    /// Drops a value only when it provably expired at or before the cut-off: a record whose
-    /// checksum holds and whose header says so, or an index entry whose ULID time says so. Anything
-    /// it cannot read is kept, so that reads report the damage instead of it vanishing.
+impl CompactionFilter for Filter {
+    /// Drops an entry only when the column family's hook says it expired at or before the
+    /// cut-off; the hooks keep anything they cannot read, so reads report damage instead of it
+    /// vanishing.
     fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
-        let expiry = match self.kind {
-            FilterKind::Record => codec::record_expiry(value),
-            FilterKind::Index => codec::split_index_key(key).map(|(t, _)| t),
-        };
-        match expiry {
-            Some(t) if t <= self.cutoff => {
-                self.filtered.fetch_add(1, Ordering::Relaxed);
-                Decision::Remove
-            }
-            _ => Decision::Keep,
+        if (self.expired)(key, value, self.cutoff) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            Decision::Remove
+        } else {
+            Decision::Keep
         }
     }
 
@@ -579,10 +534,12 @@ mod tests {
 
     fn mem_opts(mem: &MemEnv) -> EngineOptions {
         EngineOptions {
-            durability: Durability::Buffered,
+            sync: false,
             cache_bytes: 1 << 20,
             write_buffer_bytes: 1 << 20,
             in_memory: Some(mem.clone()),
+            hooks: |_| CfHooks::default(),
+            format: 1,
         }
     }
 
