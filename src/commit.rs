@@ -2,13 +2,14 @@
 //! checks every condition against one consistent read of each key, and then writes everything in
 //! one `WriteBatch` or nothing at all; after any crash either all of its writes are there or none.
 
+use crate::core::{add_record, check_holder};
 use crate::engine::Cf;
 use crate::error::{Error, InvalidInput, Result};
 use crate::format;
 use crate::format::{entity_key, Kind};
 use crate::metrics::Metrics;
 use crate::record::{FailKind, Lease, LeaseLost, Response};
-use crate::store::{add_record, check_holder, Store};
+use crate::store::Store;
 use crate::unique::unique_key;
 use crate::versions::{encode_entity, next_version, Expect, Version, Versioned};
 
@@ -99,12 +100,12 @@ impl Commit<'_> {
         if self.error.is_some() {
             return;
         }
-        if let Err(e) = self.store.check_names(tenant, id) {
+        if let Err(e) = self.store.core.check_names(tenant, id) {
             self.error = Some(e);
             return;
         }
         if let Write::Put(v) = &write {
-            if let Err(e) = self.store.check_size("value", v.len()) {
+            if let Err(e) = self.store.core.check_size("value", v.len()) {
                 self.error = Some(e);
                 return;
             }
@@ -160,8 +161,9 @@ impl Commit<'_> {
         };
         if let Err(e) = self
             .store
+            .core
             .check_lease_store(lease)
-            .and_then(|()| self.store.check_size("response", size))
+            .and_then(|()| self.store.core.check_size("response", size))
         {
             self.error = Some(e);
             return;
@@ -197,8 +199,9 @@ impl Commit<'_> {
             let encoded = format::composite(value);
             match self
                 .store
+                .core
                 .check_names(index, &encoded)
-                .and_then(|()| self.store.check_names(index, owner))
+                .and_then(|()| self.store.core.check_names(index, owner))
             {
                 Ok(()) => self.ops.push(Op::Reserve {
                     key: unique_key(index, value),
@@ -234,9 +237,9 @@ impl Commit<'_> {
             .into());
         }
         let store = self.store;
-        let mut locked = store.lock_many(keys.iter().map(|(_, k)| *k));
+        let mut locked = store.core.lock_many(keys.iter().map(|(_, k)| *k));
         let now = store.now();
-        let engine = store.engine();
+        let engine = store.core.engine();
         let mut batch = engine.batch();
         let mut versions = Vec::with_capacity(self.ops.len());
         let mut ends = Vec::new();
@@ -287,18 +290,18 @@ impl Commit<'_> {
                     // The stripe is held (its key was locked above): the record is either
                     // remembered there, taken out (the batch writes it), or read.
                     let rec = match locked.stripe(&rkey) {
-                        Some(stripe) => store.take_or_load(stripe, &rkey)?,
-                        None => store.load(&rkey)?,
+                        Some(stripe) => store.core.take_or_load(stripe, &rkey)?,
+                        None => store.core.load(&rkey)?,
                     };
                     let mut rec = match check_holder(rec, &lease, now) {
                         Ok(r) => r,
                         Err(lost) => {
-                            Metrics::bump(&store.metrics().lease_lost);
+                            Metrics::bump(&store.core.metrics().lease_lost);
                             return Ok(Err(CommitConflict::Lease { op: i, lost }));
                         }
                     };
                     let slot = rec.index_slot();
-                    let m = store.metrics();
+                    let m = store.core.metrics();
                     ends.push(match end {
                         End::Complete(resp) => {
                             rec.complete(resp, now);
@@ -324,7 +327,7 @@ impl Commit<'_> {
         }
         drop(locked);
         if !ends.is_empty() {
-            store.notify_finished();
+            store.core.notify_finished();
         }
         Ok(Ok(Committed { versions }))
     }

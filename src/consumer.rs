@@ -91,7 +91,7 @@ impl Store {
         opts: &ConsumerOptions,
     ) -> Result<Begin> {
         let (group, id) = (group.as_ref(), message_id.as_ref());
-        self.check_names(group, id)?;
+        self.core.check_names(group, id)?;
         let claim_opts = ClaimOptions {
             lease: opts.lease,
             retention: opts.retention,

@@ -42,15 +42,18 @@ mod codec;
 mod commit;
 mod config;
 mod consumer;
+mod core;
 mod engine;
 mod error;
 mod format;
 #[cfg(feature = "http")]
 pub mod http;
 mod keys;
+mod maintenance;
 mod metrics;
 mod offsets;
 mod record;
+mod requests;
 mod schema;
 mod store;
 mod stripes;
@@ -70,7 +73,8 @@ pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     Response,
 };
-pub use store::{Execution, Store, MAX_FINGERPRINT_LEN};
+pub use requests::{Execution, MAX_FINGERPRINT_LEN};
+pub use store::Store;
 pub use unique::{Released, Reservation};
 pub use versions::{
     etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,

@@ -86,10 +86,10 @@ impl Store {
         offset: u64,
     ) -> Result<()> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.check_names(group, topic)?;
+        self.core.check_names(group, topic)?;
         let key = partition_key(group, topic, partition);
-        let _g = self.lock(&key);
-        let mut w: OffsetWindow = self.load_sealed("offset window", &key)?;
+        let _g = self.core.lock(&key);
+        let mut w: OffsetWindow = self.core.load_sealed("offset window", &key)?;
         if w.contains(offset) {
             return Ok(());
         }
@@ -124,7 +124,7 @@ impl Store {
             w.above.insert(u64::MAX);
         }
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.check_names(group, topic)?;
+        self.core.check_names(group, topic)?;
         self.merge_window(&partition_key(group, topic, partition), &w)
     }
 
@@ -136,9 +136,10 @@ impl Store {
         partition: u32,
     ) -> Result<OffsetWindow> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.check_names(group, topic)?;
-        let mut w: OffsetWindow =
-            self.load_sealed("offset window", &partition_key(group, topic, partition))?;
+        self.core.check_names(group, topic)?;
+        let mut w: OffsetWindow = self
+            .core
+            .load_sealed("offset window", &partition_key(group, topic, partition))?;
         w.normalise();
         Ok(w)
     }
@@ -157,9 +158,9 @@ impl Store {
     }
 
     fn merge_window(&self, key: &[u8], w: &OffsetWindow) -> Result<()> {
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.merge(Cf::Versions, key, &encode(w)?);
-        self.engine().write(b)
+        self.core.engine().write(b)
     }
 }
 

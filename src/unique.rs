@@ -7,11 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::check_holder;
 use crate::engine::Cf;
 use crate::error::Result;
 use crate::format::{self, entity_key, Kind};
 use crate::record::{Lease, LeaseLost, State};
-use crate::store::{check_holder, Store};
+use crate::store::Store;
 
 /// The outcome of a reservation attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +92,8 @@ impl Store {
     ) -> Result<Reservation> {
         let (index, owner) = (index.as_ref(), owner.as_ref());
         let key = self.unique_key_checked(index, value)?;
-        self.check_names(index, owner)?;
-        let _g = self.lock(&key);
+        self.core.check_names(index, owner)?;
+        let _g = self.core.lock(&key);
         self.put_reservation(&key, Stored::plain(owner.to_vec()))
     }
 
@@ -106,12 +107,14 @@ impl Store {
         index: impl AsRef<[u8]>,
         value: &[&[u8]],
     ) -> Result<std::result::Result<Reservation, LeaseLost>> {
-        self.check_lease_store(lease)?;
+        self.core.check_lease_store(lease)?;
         let index = index.as_ref();
         let key = self.unique_key_checked(index, value)?;
         let rkey = lease.record_key().to_vec();
-        let _g = self.lock_many([key.as_slice(), rkey.as_slice()].into_iter());
-        if let Err(lost) = check_holder(self.load(&rkey)?, lease, self.now()) {
+        let _g = self
+            .core
+            .lock_many([key.as_slice(), rkey.as_slice()].into_iter());
+        if let Err(lost) = check_holder(self.core.load(&rkey)?, lease, self.now()) {
             return Ok(Err(lost));
         }
         Ok(Ok(self.put_reservation(&key, Stored::bound_to(lease))?))
@@ -127,16 +130,16 @@ impl Store {
     ) -> Result<Released> {
         let (index, owner) = (index.as_ref(), owner.as_ref());
         let key = self.unique_key_checked(index, value)?;
-        let _g = self.lock(&key);
+        let _g = self.core.lock(&key);
         match self.live_reservation(&key)? {
             None => Ok(Released::Absent),
             Some(s) if !s.same_owner(&Stored::plain(owner.to_vec())) => {
                 Ok(Released::NotOwner { owner: s.owner })
             }
             Some(_) => {
-                let mut b = self.engine().batch();
+                let mut b = self.core.engine().batch();
                 b.delete(Cf::Versions, &key);
-                self.engine().write(b)?;
+                self.core.engine().write(b)?;
                 Ok(Released::Released)
             }
         }
@@ -155,7 +158,7 @@ impl Store {
 
     fn unique_key_checked(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
         let encoded = format::composite(value);
-        self.check_names(index, &encoded)?;
+        self.core.check_names(index, &encoded)?;
         Ok(entity_key(Kind::Unique, index, &encoded))
     }
 
@@ -166,15 +169,15 @@ impl Store {
                 return Ok(Reservation::Taken { owner: cur.owner });
             }
         }
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.put(Cf::Versions, key, &stored.encode()?);
-        self.engine().write(b)?;
+        self.core.engine().write(b)?;
         Ok(Reservation::Reserved)
     }
 
     /// The reservation at `key` if it is live.
     pub(crate) fn live_reservation(&self, key: &[u8]) -> Result<Option<Stored>> {
-        let Some(bytes) = self.engine().get(Cf::Versions, key)? else {
+        let Some(bytes) = self.core.engine().get(Cf::Versions, key)? else {
             return Ok(None);
         };
         let stored: Stored = format::unseal_bincode("reservation", &bytes)?;
@@ -182,7 +185,7 @@ impl Store {
             return Ok(Some(stored));
         };
         let now = self.now();
-        let live = self.load(rkey)?.is_some_and(|r| {
+        let live = self.core.load(rkey)?.is_some_and(|r| {
             r.expires_at > now
                 && r.fence == *fence
                 && matches!(r.state, State::Pending { lease_until } if lease_until > now)

@@ -138,7 +138,7 @@ impl Store {
         id: impl AsRef<[u8]>,
     ) -> Result<Option<Versioned>> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         Ok(self
             .load_entity(&entity_key(Kind::Entity, tenant, id))?
             .and_then(|s| s.live()))
@@ -235,20 +235,20 @@ impl Store {
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
     {
         let key = entity_key(Kind::Entity, tenant, id);
-        let _g = self.lock(&key);
+        let _g = self.core.lock(&key);
         let cur = self.load_entity(&key)?;
         let new = f(cur.as_ref().and_then(|s| s.value.as_deref()));
         if let Some(v) = &new {
-            self.check_size("value", v.len())?;
+            self.core.check_size("value", v.len())?;
         }
         let live = cur.as_ref().is_some_and(|s| s.value.is_some());
         if new.is_none() && !live {
             return Ok(None);
         }
         let version = next_version(cur.as_ref());
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.put(Cf::Versions, &key, &encode_entity(version, new.as_deref()));
-        self.engine().write(b)?;
+        self.core.engine().write(b)?;
         Ok(new.map(|value| Versioned { value, version }))
     }
 
@@ -261,12 +261,12 @@ impl Store {
         expect: Expect,
         value: Option<&[u8]>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         if let Some(v) = value {
-            self.check_size("value", v.len())?;
+            self.core.check_size("value", v.len())?;
         }
         let key = entity_key(Kind::Entity, tenant, id);
-        let _g = self.lock(&key);
+        let _g = self.core.lock(&key);
         let cur = self.load_entity(&key)?;
         if !expect.holds(cur.as_ref()) {
             return Ok(Err(Conflict {
@@ -277,14 +277,15 @@ impl Store {
             return Ok(Ok(None));
         }
         let v = next_version(cur.as_ref());
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.put(Cf::Versions, &key, &encode_entity(v, value));
-        self.engine().write(b)?;
+        self.core.engine().write(b)?;
         Ok(Ok(Some(v)))
     }
 
     pub(crate) fn load_entity(&self, key: &[u8]) -> Result<Option<Stored>> {
-        self.engine()
+        self.core
+            .engine()
             .get_with(Cf::Versions, key, |v| v.map(decode_entity).transpose())?
     }
 }

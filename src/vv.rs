@@ -152,7 +152,7 @@ impl Store {
     /// Reads a causal entity: all concurrent values and the context that covers them.
     pub fn causal_get(&self, tenant: impl AsRef<[u8]>, id: impl AsRef<[u8]>) -> Result<Siblings> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         self.load_causal(&entity_key(Kind::Causal, tenant, id))
     }
 
@@ -171,11 +171,11 @@ impl Store {
         value: impl Into<Vec<u8>>,
     ) -> Result<Siblings> {
         let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
-        self.check_names(tenant, id)?;
-        self.check_names(tenant, actor.as_bytes())?;
-        self.check_size("value", value.len())?;
+        self.core.check_names(tenant, id)?;
+        self.core.check_names(tenant, actor.as_bytes())?;
+        self.core.check_size("value", value.len())?;
         let key = entity_key(Kind::Causal, tenant, id);
-        let _g = self.lock(&key);
+        let _g = self.core.lock(&key);
         let mut state = self.load_causal(&key)?;
         state.values.retain(|s| s.counter > context.get(&s.actor));
         state.context.merge(context);
@@ -186,14 +186,14 @@ impl Store {
             value,
         });
         let encoded = format::seal_bincode("causal entity", &state)?;
-        self.check_bounded(
+        self.core.check_bounded(
             "causal entity with its siblings",
             encoded.len(),
             "read it and write with the merged context (it replaces the siblings), or delete it",
         )?;
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.put(Cf::Versions, &key, &encoded);
-        self.engine().write(b)?;
+        self.core.engine().write(b)?;
         Ok(state)
     }
 
@@ -209,10 +209,10 @@ impl Store {
         context: &VersionVector,
     ) -> Result<Siblings> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         let key = entity_key(Kind::Causal, tenant, id);
-        let _g = self.lock(&key);
-        let mut b = self.engine().batch();
+        let _g = self.core.lock(&key);
+        let mut b = self.core.engine().batch();
         let left = match self.load_causal(&key) {
             Err(crate::Error::Corrupted { .. }) => Siblings::default(),
             Err(e) => return Err(e),
@@ -223,7 +223,7 @@ impl Store {
         };
         if left.values.is_empty() {
             b.delete(Cf::Versions, &key);
-            self.engine().write(b)?;
+            self.core.engine().write(b)?;
             return Ok(Siblings::default());
         }
         b.put(
@@ -231,7 +231,7 @@ impl Store {
             &key,
             &format::seal_bincode("causal entity", &left)?,
         );
-        self.engine().write(b)?;
+        self.core.engine().write(b)?;
         Ok(left)
     }
 
@@ -246,21 +246,22 @@ impl Store {
         vv: &VersionVector,
     ) -> Result<()> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         let key = entity_key(Kind::ReplicaVector, tenant, id);
         let operand = encode_vv(vv)?;
-        let _g = self.lock(&key);
+        let _g = self.core.lock(&key);
         let merged = self
+            .core
             .load_sealed::<VersionVector>("version vector", &key)?
             .merged(vv);
-        self.check_bounded(
+        self.core.check_bounded(
             "replica version vector",
             format::to_bincode("version vector", &merged)?.len(),
             "use fewer actors (replicas) per vector",
         )?;
-        let mut b = self.engine().batch();
+        let mut b = self.core.engine().batch();
         b.merge(Cf::Versions, &key, &operand);
-        self.engine().write(b)
+        self.core.engine().write(b)
     }
 
     /// The merged replica vector of `(tenant, id)` (empty if none was merged).
@@ -270,12 +271,12 @@ impl Store {
         id: impl AsRef<[u8]>,
     ) -> Result<VersionVector> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.check_names(tenant, id)?;
+        self.core.check_names(tenant, id)?;
         let key = entity_key(Kind::ReplicaVector, tenant, id);
-        self.load_sealed("version vector", &key)
+        self.core.load_sealed("version vector", &key)
     }
 
     fn load_causal(&self, key: &[u8]) -> Result<Siblings> {
-        self.load_sealed("causal entity", key)
+        self.core.load_sealed("causal entity", key)
     }
 }

@@ -1,0 +1,412 @@
+//! The core: the one internal type every operation of every domain module goes through, and its
+//! contract. Invariants (each domain module relies on them and keeps them):
+//! - every decision that writes a key is made under that key's lock stripe ([`Core::lock`], or
+//!   [`Core::lock_many`] in stripe order for several keys), from one read no older than the
+//!   stripe's last write ([`Core::take_or_load`], [`Core::load`]), and written with one atomic
+//!   batch ([`Core::write_record`] and [`add_record`] carry a record and its expiry-index entry);
+//! - a fencing token is handed out only after a high-water mark at or above it was written
+//!   ([`Core::next_fence`]);
+//! - the store's time never goes backwards, across restarts too ([`Core::now`]);
+//! - arguments are checked ([`Core::check_names`], [`Core::check_size`], [`Core::check_bounded`],
+//!   [`Core::check_lease_store`]) before anything is read or written;
+//! - an expired record is treated as absent by every read.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::Millis;
+use crate::codec;
+use crate::config::Config;
+use crate::engine::{Cf, Engine, EngineOptions, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME};
+use crate::error::{corrupted, Error, InvalidInput, Result};
+use crate::format;
+use crate::metrics::Metrics;
+use crate::record::{Lease, LeaseLost, Record, State};
+use crate::stripes::{Locked, Stripe, StripeGuard, Stripes};
+
+/// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
+/// block instead of one per claim. A restart skips what is left of the block.
+const FENCE_BLOCK: u64 = 1 << 16;
+
+/// Store time is reserved this far ahead: `meta/time_high_water` is written (with the store's
+/// durability) before the store's time passes the mark, one write per this much time. After a
+/// crash the store's time resumes at the mark, up to this much ahead of the last time it used.
+const TIME_STEP: Millis = 1_000;
+
+pub(crate) struct Core {
+    pub(crate) engine: Engine,
+    pub(crate) cfg: Config,
+    pub(crate) store_id: u128,
+    pub(crate) next_fence: AtomicU64,
+    /// Every token up to this one is covered by a written `meta/fence_high_water`.
+    pub(crate) fence_reserved: AtomicU64,
+    /// Held while a new block of tokens is reserved.
+    pub(crate) fence_reserving: Mutex<()>,
+    /// The store's time never passes this mark, which is durable in `meta/time_high_water`.
+    pub(crate) time_reserved: AtomicU64,
+    /// Held while the time mark is moved forward.
+    pub(crate) time_reserving: Mutex<()>,
+    pub(crate) stripes: Stripes,
+    pub(crate) metrics: Metrics,
+    pub(crate) waiters: AtomicUsize,
+    pub(crate) finished: (Mutex<u64>, Condvar),
+    pub(crate) sweeper: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// Where the next sweep starts: the last index entry an earlier sweep deleted (empty: the
+    /// start). Held for the whole sweep, so sweeps run one at a time.
+    pub(crate) sweep_from: Mutex<Vec<u8>>,
+}
+
+impl Core {
+    /// Opens the engine and reads (or, for a new store, writes) the store's marks: format,
+    /// store id, fencing-token and time high-water marks.
+    pub(crate) fn open(cfg: Config) -> Result<Core> {
+        cfg.validate()?;
+        std::fs::create_dir_all(&cfg.path)
+            .map_err(|e| Error::Io(format!("cannot create {}: {e}", cfg.path.display())))?;
+        let (engine, created) = Engine::open(
+            &cfg.path,
+            &EngineOptions {
+                sync: cfg.durability == crate::config::Durability::Synced,
+                cache_bytes: cfg.cache_bytes,
+                write_buffer_bytes: cfg.write_buffer_bytes,
+                in_memory: cfg.in_memory.clone(),
+                hooks: crate::schema::hooks,
+                format: format::FORMAT,
+            },
+        )?;
+        let store_id = init_meta(&engine, created)?;
+        let high_water = read_meta_u64(&engine, META_FENCE, "meta/fence_high_water")?;
+        // Store time resumes where it was (never earlier), whatever the clock says now.
+        let time_mark = read_meta_u64(&engine, META_TIME, "meta/time_high_water")?;
+        engine.observe_time(time_mark);
+        let stripes = Stripes::new(cfg.lock_stripes, crate::keys::random_u128() as u64);
+        let core = Core {
+            engine,
+            cfg,
+            store_id,
+            next_fence: AtomicU64::new(high_water + 1),
+            fence_reserved: AtomicU64::new(high_water),
+            fence_reserving: Mutex::new(()),
+            time_reserved: AtomicU64::new(time_mark),
+            time_reserving: Mutex::new(()),
+            stripes,
+            metrics: Metrics::default(),
+            waiters: AtomicUsize::new(0),
+            finished: (Mutex::new(0), Condvar::new()),
+            sweeper: Mutex::new(None),
+            sweep_from: Mutex::new(Vec::new()),
+        };
+        core.now();
+        Ok(core)
+    }
+
+    /// The store's current time: the clock's reading, never earlier than a time the store used
+    /// before, in this process or before a restart (see [`crate::Clock`]).
+    pub fn now(&self) -> Millis {
+        let inner = self;
+        let clock = inner.cfg.clock.now_millis();
+        let t = if clock <= inner.time_reserved.load(Ordering::Acquire) {
+            clock
+        } else {
+            self.reserve_time(clock)
+        };
+        // The largest time seen (also the compaction cut-off): never past the durable mark.
+        inner.engine.observe_time(t)
+    }
+
+    /// Moves the durable time mark to `t + TIME_STEP` before time `t` is used, and returns the
+    /// time that may be used: `t`, or the old mark if that write failed (leases and records then
+    /// last longer, never shorter, until a later call writes it).
+    #[cold]
+    pub(crate) fn reserve_time(&self, t: Millis) -> Millis {
+        let inner = self;
+        let _reserving = inner.time_reserving.lock();
+        let reserved = inner.time_reserved.load(Ordering::Acquire);
+        if t <= reserved {
+            return t;
+        }
+        let mark = t.saturating_add(TIME_STEP);
+        let mut batch = inner.engine.batch();
+        batch.put(Cf::Meta, META_TIME, &mark.to_be_bytes());
+        if inner.engine.write(batch).is_err() {
+            return reserved;
+        }
+        inner.time_reserved.store(mark, Ordering::Release);
+        // As for the fence reservation: a flushed `meta` lets the WAL files behind it go.
+        let _ = inner.engine.flush_in_background(Cf::Meta);
+        t
+    }
+
+    /// Issues a fencing token. A token above the reserved block first reserves the next block:
+    /// the high-water mark is written (with the store's durability) before the token is handed
+    /// out, so every record carrying a token follows, in the WAL, a high-water mark at or above
+    /// it, and a reopened store never issues it again.
+    pub(crate) fn next_fence(&self) -> Result<u64> {
+        let inner = self;
+        let fence = inner.next_fence.fetch_add(1, Ordering::Relaxed);
+        if fence <= inner.fence_reserved.load(Ordering::Acquire) {
+            return Ok(fence);
+        }
+        let _reserving = inner.fence_reserving.lock();
+        if fence > inner.fence_reserved.load(Ordering::Acquire) {
+            let upto = fence.saturating_add(FENCE_BLOCK);
+            let mut batch = inner.engine.batch();
+            batch.merge(Cf::Meta, META_FENCE, &upto.to_be_bytes());
+            inner.engine.write(batch)?;
+            inner.fence_reserved.store(upto, Ordering::Release);
+            // The reservation is durable through the WAL already; flushing it lets the WAL files
+            // behind it be deleted (nothing else writes to `meta` for another block). A failed
+            // request only delays that until `max_total_wal_size` forces the flush.
+            let _ = inner.engine.flush_in_background(Cf::Meta);
+        }
+        Ok(fence)
+    }
+
+    /// Reads a sealed bincode value from the versions CF, or the type's default if absent.
+    pub(crate) fn load_sealed<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        what: &'static str,
+        key: &[u8],
+    ) -> Result<T> {
+        match self.engine.get(Cf::Versions, key)? {
+            None => Ok(T::default()),
+            Some(b) => format::unseal_bincode(what, &b),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Locks the stripes of several keys, in stripe order (so two callers never deadlock), each
+    /// stripe once.
+    pub(crate) fn lock_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Locked<'_> {
+        self.stripes.lock_many(keys)
+    }
+
+    /// Locks the stripe of `rkey`.
+    pub(crate) fn lock(&self, rkey: &[u8]) -> StripeGuard<'_> {
+        self.stripes.lock(rkey)
+    }
+
+    /// The record of `rkey` as its stripe (held by the caller) remembers it, taken out, or else
+    /// as stored. The caller writes the record or leaves it unchanged, so taking it is safe.
+    pub(crate) fn take_or_load(&self, stripe: &mut Stripe, rkey: &[u8]) -> Result<Option<Record>> {
+        match stripe.take(rkey) {
+            Some(rec) => Ok(Some(rec)),
+            None => self.load(rkey),
+        }
+    }
+
+    pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
+        self.engine.get_with(Cf::Records, rkey, |v| {
+            v.map(codec::decode_record).transpose()
+        })?
+    }
+
+    /// Writes `new` for `rkey` in one batch (see [`add_record`]).
+    pub(crate) fn write_record(
+        &self,
+        rkey: &[u8],
+        old: Option<(Millis, u64)>,
+        new: &Record,
+    ) -> Result<()> {
+        let mut batch = self.engine.batch();
+        add_record(&mut batch, rkey, old, new)?;
+        self.engine.write(batch)
+    }
+
+    pub(crate) fn check_lease_store(&self, lease: &Lease) -> Result<()> {
+        if lease.store_id != self.store_id {
+            return Err(Error::ForeignLease);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
+        let cfg = &self.cfg;
+        for (field, v, max) in [
+            ("tenant", tenant, cfg.max_tenant_len),
+            ("key", key, cfg.max_key_len),
+        ] {
+            if v.is_empty() {
+                return Err(InvalidInput::Empty { field }.into());
+            }
+            if v.len() > max {
+                return Err(InvalidInput::TooLong {
+                    field,
+                    len: v.len(),
+                    max,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
+        let max = self.cfg.max_response_bytes;
+        if len > max {
+            return Err(InvalidInput::TooLarge { what, len, max }.into());
+        }
+        Ok(())
+    }
+
+    /// Refuses a value of `len` encoded bytes that would pass the store's value limit
+    /// (`max_response_bytes`) with [`InvalidInput::LimitReached`].
+    pub(crate) fn check_bounded(
+        &self,
+        what: &'static str,
+        len: usize,
+        hint: &'static str,
+    ) -> Result<()> {
+        let limit = self.cfg.max_response_bytes;
+        if len > limit {
+            return Err(InvalidInput::LimitReached { what, limit, hint }.into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn notify_finished(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let (m, cv) = &self.finished;
+            *m.lock() += 1;
+            cv.notify_all();
+        }
+    }
+
+    pub(crate) fn wait_for_finish(&self, at_most: Duration) {
+        let (m, cv) = &self.finished;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = m.lock();
+        let _ = cv.wait_for(&mut g, at_most);
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Adds `new` for `rkey` to a batch: the record and its index entry (replacing the entry at the
+/// old record's index slot if expiry or fence changed).
+pub(crate) fn add_record(
+    batch: &mut crate::engine::Batch<'_>,
+    rkey: &[u8],
+    old: Option<(Millis, u64)>,
+    new: &Record,
+) -> Result<()> {
+    batch.put(Cf::Records, rkey, &codec::encode_record(new)?);
+    if old != Some(new.index_slot()) {
+        if let Some((expires_at, fence)) = old {
+            batch.delete(Cf::Expiry, &format::index_key(expires_at, fence, rkey));
+        }
+        batch.put(
+            Cf::Expiry,
+            &format::index_key(new.expires_at, new.fence, rkey),
+            &[],
+        );
+    }
+    Ok(())
+}
+
+/// Whether `lease` is the current holder of `rec` at `now`; `Ok` carries the record to change.
+pub(crate) fn check_holder(
+    rec: Option<Record>,
+    lease: &Lease,
+    now: Millis,
+) -> std::result::Result<Record, LeaseLost> {
+    let Some(rec) = rec.filter(|r| r.expires_at > now) else {
+        return Err(LeaseLost::Gone);
+    };
+    match rec.state {
+        State::Completed { .. } | State::Failed { .. } => Err(LeaseLost::Finished),
+        State::Released => Err(LeaseLost::Released),
+        State::Pending { .. } if rec.fence != lease.fence => Err(LeaseLost::TakenOver {
+            current_fence: rec.fence,
+        }),
+        State::Pending { .. } => Ok(rec),
+    }
+}
+
+impl Core {
+    pub(crate) fn stop_sweeper(&self) {
+        if let Some((tx, h)) = self.sweeper.lock().take() {
+            drop(tx);
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.stop_sweeper();
+        // Closing cleanly: the next open resumes at exactly the last time used (not at the mark
+        // reserved ahead of it). Best effort: if this write is lost, the mark stands, which is
+        // later, never earlier.
+        let used = self
+            .engine
+            .observe_time(0)
+            .min(self.time_reserved.load(Ordering::Acquire));
+        let mut batch = self.engine.batch();
+        batch.put(Cf::Meta, META_TIME, &used.to_be_bytes());
+        let _ = self.engine.write_buffered(batch);
+    }
+}
+
+/// A `meta` integer (8 bytes, big-endian), 0 if absent.
+fn read_meta_u64(engine: &Engine, key: &[u8], what: &'static str) -> Result<u64> {
+    match engine.get(Cf::Meta, key)? {
+        None => Ok(0),
+        Some(b) => format::decode_u64(&b).ok_or_else(|| corrupted(what, "not an 8-byte integer")),
+    }
+}
+
+/// Checks (or, for a new store, writes) the format marker; returns the store id.
+fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
+    let format = engine.get(Cf::Meta, META_FORMAT)?;
+    match format.as_deref() {
+        Some([v]) if *v == format::FORMAT => {}
+        Some(other) => {
+            return Err(Error::IncompatibleFormat {
+                found: format!("format marker {other:?}"),
+                expected: format::FORMAT,
+            })
+        }
+        None => {
+            let mut empty = true;
+            for cf in [Cf::Records, Cf::Expiry, Cf::Versions] {
+                engine.scan(cf, &[], None, |_, _| {
+                    empty = false;
+                    false
+                })?;
+            }
+            if !created && !empty {
+                return Err(Error::IncompatibleFormat {
+                    found: "data without a format marker (not an idemdb store, or its meta \
+                            column family was lost)"
+                        .into(),
+                    expected: format::FORMAT,
+                });
+            }
+            let id = crate::keys::random_u128();
+            let mut b = engine.batch();
+            b.put(Cf::Meta, META_STORE_ID, &id.to_be_bytes());
+            b.put(Cf::Meta, META_FORMAT, &[format::FORMAT]);
+            engine.write_synced(b)?;
+            return Ok(id);
+        }
+    }
+    let id = engine
+        .get(Cf::Meta, META_STORE_ID)?
+        .and_then(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
+        .ok_or_else(|| corrupted("meta/store_id", "missing or not 16 bytes"))?;
+    Ok(u128::from_be_bytes(id))
+}

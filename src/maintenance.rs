@@ -1,0 +1,167 @@
+//! Maintenance: sweeping expired records, compaction, WAL sync, statistics, the background
+//! sweeper and closing. Invariants: a sweep deletes a record only through its current index entry
+//! and only once it expired; sweeps run one at a time and resume where the last one stopped; the
+//! sweeper holds the store only while it sweeps (a weak handle otherwise), so it never keeps a
+//! dropped store open.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::codec;
+use crate::core::Core;
+use crate::engine::{Cf, EngineProperty};
+use crate::error::{Error, Result};
+use crate::format;
+use crate::metrics::Stats;
+use crate::store::Store;
+
+impl Store {
+    /// Deletes up to `limit` expired records, oldest expiry first, with their index entries, and
+    /// drops stale index entries met on the way. Returns how many records were deleted. A record
+    /// whose expiry was extended is never deleted by its old index entry.
+    pub fn sweep(&self, limit: usize) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Every entry a sweep visits is deleted, so the next sweep starts where this one stopped
+        // instead of walking the deletions again until compaction drops them (the cost grew with
+        // every sweep before). An entry written below that point later would have expired before
+        // it was written; the compaction filter still drops it.
+        let mut from = self.core.sweep_from.lock();
+        let now = self.now();
+        let upper = format::index_bound(now.saturating_add(1));
+        let mut entries = Vec::new();
+        self.core
+            .engine
+            .scan(Cf::Expiry, &from, Some(&upper), |k, _| {
+                entries.push(k.to_vec());
+                entries.len() < limit
+            })?;
+        let mut swept = 0;
+        for entry in &entries {
+            let mut batch = self.core.engine.batch();
+            batch.delete(Cf::Expiry, entry);
+            if let Some((_, rkey)) = format::split_index_key(entry) {
+                let mut stripe = self.core.lock(rkey);
+                // Only the record's index slot matters: read it from a borrowed view.
+                let slot = self.core.engine.get_with(Cf::Records, rkey, |v| {
+                    v.and_then(|b| codec::decode_record_view(b).ok())
+                        .map(|rec| rec.index_slot())
+                })?;
+                if let Some((expires_at, fence)) = slot {
+                    let is_current = format::index_key(expires_at, fence, rkey) == *entry;
+                    if is_current && expires_at <= now {
+                        stripe.forget(rkey);
+                        batch.delete(Cf::Records, rkey);
+                        swept += 1;
+                    }
+                }
+                // Deletes of expired data need no sync: if lost, the record is still expired.
+                self.core.engine.write_buffered(batch)?;
+            } else {
+                self.core.engine.write_buffered(batch)?;
+            }
+            from.clone_from(entry);
+        }
+        drop(from);
+        self.core
+            .metrics
+            .swept
+            .fetch_add(swept as u64, Ordering::Relaxed);
+        Ok(swept)
+    }
+
+    /// Flushes memtables and compacts every column family fully, so the compaction filter drops
+    /// every record expired by now. Slow on large stores; for tests and maintenance windows.
+    pub fn compact(&self) -> Result<()> {
+        self.now();
+        self.core.engine.compact_all()
+    }
+
+    /// Syncs the write-ahead log: with [`crate::Durability::Buffered`], everything acknowledged
+    /// before this call now survives power loss.
+    pub fn sync(&self) -> Result<()> {
+        self.core.engine.sync_wal()
+    }
+
+    /// Outcome counters and RocksDB's estimates.
+    pub fn stats(&self) -> Result<Stats> {
+        let e = &self.core.engine;
+        let mut counters = self.core.metrics.snapshot();
+        counters.compaction_dropped = e.filtered(Cf::Records);
+        let mut live_sst_bytes = 0;
+        let mut memtable_bytes = 0;
+        for cf in Cf::ALL {
+            live_sst_bytes += e.int_property(cf, EngineProperty::LiveSstBytes)?;
+            memtable_bytes += e.int_property(cf, EngineProperty::MemtableBytes)?;
+        }
+        Ok(Stats {
+            counters,
+            estimated_records: e.int_property(Cf::Records, EngineProperty::EstimatedKeys)?,
+            estimated_index_entries: e.int_property(Cf::Expiry, EngineProperty::EstimatedKeys)?,
+            live_sst_bytes,
+            memtable_bytes,
+        })
+    }
+
+    /// Counts the records physically present (expired or not) by iterating the records column
+    /// family, and the index entries. For tests and operators; O(n).
+    pub fn physical_counts(&self) -> Result<(u64, u64)> {
+        let count = |cf| -> Result<u64> {
+            let mut n = 0;
+            self.core.engine.scan(cf, &[], None, |_, _| {
+                n += 1;
+                true
+            })?;
+            Ok(n)
+        };
+        Ok((count(Cf::Records)?, count(Cf::Expiry)?))
+    }
+
+    /// Stops the background sweeper, syncs the WAL and closes the database, so that the directory
+    /// can be reopened as soon as this returns `Ok`. Dropping the last handle does the same
+    /// without reporting errors. If other handles of this store are alive (clones held by other
+    /// threads, the HTTP layer, a consumer), nothing is closed: this handle is dropped, the
+    /// others keep working, and the call returns [`Error::InUse`]; the database closes when the
+    /// last of them is dropped.
+    pub fn close(self) -> Result<()> {
+        // The sweeper holds the store only while it sweeps: stop it first so it is not counted.
+        self.stop_sweeper();
+        let other_handles = Arc::strong_count(&self.core) - 1;
+        if other_handles > 0 {
+            if let Some(every) = self.core.cfg.sweep_interval {
+                self.start_sweeper(every);
+            }
+            return Err(Error::InUse { other_handles });
+        }
+        self.core.engine.sync_wal()?;
+        drop(self);
+        Ok(())
+    }
+
+    pub(crate) fn start_sweeper(&self, every: Duration) {
+        let (tx, rx) = mpsc::channel::<()>();
+        let weak: Weak<Core> = Arc::downgrade(&self.core);
+        let handle = std::thread::Builder::new()
+            .name("idemdb-sweeper".into())
+            .spawn(move || loop {
+                match rx.recv_timeout(every) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                let store = Store { core: inner };
+                // A failed sweep is retried next time; expired records stay invisible meanwhile.
+                while matches!(store.sweep(10_000), Ok(n) if n == 10_000) {}
+            });
+        if let Ok(h) = handle {
+            *self.core.sweeper.lock() = Some((tx, h));
+        }
+    }
+
+    pub(crate) fn stop_sweeper(&self) {
+        self.core.stop_sweeper();
+    }
+}
