@@ -2,9 +2,9 @@
 //! PostgreSQL on the same workload, printed as one Markdown table.
 //!
 //! ```text
-//! cargo bench --bench compare -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
-//!                                 [--only idemdb,bare,hashmap,sqlite,redis,postgres]
-//!                                 [--paired 15]
+//! cargo run --release -p idemdb-peers -- [--keys 20000] [--threads 1,4,16] [--synced-keys 2000]
+//!                                        [--only idemdb,bare,hashmap,sqlite,redis,postgres]
+//!                                        [--paired 15] [--smoke]
 //! ```
 //!
 //! Workload, for N unique keys partitioned across the threads: per key a *claim* (atomic "create
@@ -18,26 +18,39 @@
 //! per-round ratios is printed. Systems measured minutes apart on a shared machine drift by tens of
 //! percent; alternating rounds put the same drift on both sides.
 //!
-//! Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres` or
-//! `root`, trust auth) are spoken to with the tiny wire clients below (std only: no dependency is
-//! added for this harness; SQLite is the bundled library through rusqlite, a dev-dependency); a
-//! server that is not reachable within 1 s is skipped. Nothing global
-//! is flushed: Redis keys carry a per-run prefix and expire, the PostgreSQL table is per run and
-//! dropped at the end.
+//! Redis (127.0.0.1:6379) is spoken to through the `redis` crate's synchronous connection;
+//! PostgreSQL (127.0.0.1:5432, database `test`, user `postgres` or `root`, trust auth) over a
+//! blocking socket with the messages of `postgres-protocol` (the `postgres` crate would add a tokio
+//! runtime's polling to every operation, measured at 15 to 20 % of a loopback round trip here);
+//! SQLite is the bundled library through rusqlite. Every selected system must run: a Redis or
+//! PostgreSQL server that cannot be reached within 1 s, or any failed measurement, makes the run
+//! exit non-zero naming it (leave a peer out with `--only`). Nothing global is flushed: Redis keys
+//! carry a per-run prefix and expire, the PostgreSQL table is per run and dropped at the end.
 //!
-//! When run without `--bench` (as `cargo test --all-targets` does), a smoke workload runs instead:
-//! 200 keys, 1 thread, every system.
+//! `--smoke` runs a small workload instead (200 keys, 1 thread, every system, 2 paired rounds of a
+//! few keys); `./scripts/test` runs it.
+//!
+//! This is its own workspace member so that the peers' clients are not dependencies of the
+//! library's build. Its `librocksdb-sys` (and every dependency of it) resolves to the same
+//! features as the library's own build, so RocksDB is compiled once for both: check with
+//! `cargo tree -e features` after changing any dependency here or in the library.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::BytesMut;
+use fallible_iterator::FallibleIterator;
 use idemdb::{Claim, ClaimOptions, Config, Durability, Lease, Response, Store};
 use parking_lot::Mutex;
+use postgres_protocol::message::backend::{ErrorResponseBody, Message};
+use postgres_protocol::message::frontend::{self, BindError};
+use postgres_protocol::IsNull;
+use redis::IntoConnectionInfo;
 
 const FP_LEN: usize = 32;
 const RESP_LEN: usize = 256;
@@ -45,7 +58,11 @@ const LEASE_MS: u64 = 30_000;
 const RETENTION_MS: u64 = 86_400_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
+const REDIS_HOST: &str = "127.0.0.1";
+const REDIS_PORT: u16 = 6379;
 const REDIS_ADDR: &str = "127.0.0.1:6379";
+const PG_HOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const PG_PORT: u16 = 5432;
 const PG_ADDR: &str = "127.0.0.1:5432";
 const PG_DATABASE: &str = "test";
 const PG_USERS: [&str; 2] = ["postgres", "root"];
@@ -84,32 +101,34 @@ struct Settings {
     /// Systems to run (`--only idemdb,bare`): a system runs when its id contains one of these;
     /// empty means all.
     only: Vec<String>,
-    /// The arguments given after `--`, without the `--bench` that cargo adds.
+    /// The arguments given after `--` (a `--bench` left from the old `cargo bench` command is
+    /// ignored).
     user_args: Vec<String>,
 }
 
-fn parse_args() -> R<Settings> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if !args.iter().any(|a| a == "--bench") {
-        // Run by `cargo test` (arguments such as `--test`, or none): a smoke workload only.
-        return Ok(Settings {
-            keys: 200,
-            synced_keys: 200,
-            threads: vec![1],
-            smoke: true,
-            paired: 2,
-            only: Vec::new(),
-            user_args: args,
-        });
+impl Settings {
+    /// Whether the system (or pairing) with this id runs: `--only` names a part of its id, or is
+    /// not given.
+    fn selected(&self, id: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| id.contains(o.as_str()))
     }
+}
+
+fn parse_args() -> R<Settings> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    // `--smoke`: the workload of `./scripts/test`, every system with a few keys each.
+    let smoke = args.iter().any(|a| a == "--smoke");
     let mut s = Settings {
-        keys: 20_000,
-        synced_keys: 2_000,
-        threads: vec![1, 4, 16],
-        smoke: false,
-        paired: 15,
+        keys: if smoke { 200 } else { 20_000 },
+        synced_keys: if smoke { 200 } else { 2_000 },
+        threads: if smoke { vec![1] } else { vec![1, 4, 16] },
+        smoke,
+        paired: if smoke { 2 } else { 15 },
         only: Vec::new(),
-        user_args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
+        user_args: args.clone(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -130,7 +149,7 @@ fn parse_args() -> R<Settings> {
             }
         };
         match flag {
-            "--bench" => {}
+            "--smoke" => {}
             "--keys" => s.keys = count("--keys", value("--keys")?)?,
             "--synced-keys" => s.synced_keys = count("--synced-keys", value("--synced-keys")?)?,
             "--threads" => {
@@ -319,19 +338,21 @@ struct Row {
     rss_kib: Option<u64>,
 }
 
-/// Collects rows, skip lines and notes; runs one system at every thread count.
+/// Collects rows, failures and notes; runs one system at every thread count.
 struct Report {
     rows: Vec<Row>,
-    skipped: Vec<String>,
+    failed: Vec<String>,
     notes: Vec<String>,
     order: usize,
 }
 
 impl Report {
-    fn skip(&mut self, system: &str, reason: impl std::fmt::Display) {
-        let line = format!("skipped: {system}: {reason}");
+    /// Records a system (or one thread count of it) that could not run: the run goes on with the
+    /// others, prints what it measured, then exits non-zero naming it.
+    fn fail(&mut self, system: &str, reason: impl std::fmt::Display) {
+        let line = format!("failed: {system}: {reason}");
         eprintln!("compare: {line}");
-        self.skipped.push(line);
+        self.failed.push(line);
     }
 
     /// Measures `system` at each thread count; `setup` runs before each measurement (and may
@@ -353,7 +374,7 @@ impl Report {
                 .and_then(|()| measure(make, &format!("{prefix}-s{}-t{t}", self.order), keys, t));
             match res {
                 Ok(m) => self.rows.push(row(self.order, system, t, &m)),
-                Err(e) => self.skip(&format!("{system} ({t} threads)"), e),
+                Err(e) => self.fail(&format!("{system} ({t} threads)"), e),
             }
         }
     }
@@ -571,7 +592,7 @@ fn run_bare_rocksdb(rep: &mut Report, s: &Settings, synced: bool, prefix: &str) 
             });
         match res {
             Ok(m) => rep.rows.push(row(order, name, t, &m)),
-            Err(e) => rep.skip(&format!("{name} ({t} threads)"), e),
+            Err(e) => rep.fail(&format!("{name} ({t} threads)"), e),
         }
     }
 }
@@ -735,7 +756,7 @@ impl Peer for SqlitePeer {
 fn run_sqlite(rep: &mut Report, s: &Settings, prefix: &str) {
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
-        Err(e) => return rep.skip("SQLite", e),
+        Err(e) => return rep.fail("SQLite", e),
     };
     let path = dir.path().join("idem.sqlite");
     let make = || SqlitePeer::open(&path);
@@ -751,138 +772,56 @@ fn run_sqlite(rep: &mut Report, s: &Settings, prefix: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Network helpers
+// 5. Redis through the `redis` crate's synchronous connection: RESP2, one connection per thread,
+//    one command in flight.
 // ---------------------------------------------------------------------------------------------
 
-fn connect(addr: &str) -> R<(BufReader<TcpStream>, TcpStream)> {
-    let sa: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-    let s = TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
-        .map_err(|e| format!("cannot connect to {addr} within 1 s: {e}"))?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(IO_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(IO_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    let w = s.try_clone().map_err(|e| e.to_string())?;
-    Ok((BufReader::with_capacity(16 << 10, s), w))
+fn redis_err(e: redis::RedisError) -> String {
+    format!("Redis at {REDIS_ADDR}: {e}")
 }
 
-fn io(e: std::io::Error) -> String {
-    format!("I/O error: {e}")
+/// A connection with TCP_NODELAY and the I/O timeouts. Nothing is sent on connecting but a PING
+/// (no `CLIENT SETINFO`); the server must answer it.
+fn redis_connect() -> R<redis::Connection> {
+    let info = redis::ConnectionAddr::Tcp(REDIS_HOST.to_string(), REDIS_PORT)
+        .into_connection_info()
+        .map_err(redis_err)?
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
+    let mut c = redis::Client::open(info)
+        .and_then(|client| client.get_connection_with_timeout(CONNECT_TIMEOUT))
+        .map_err(|e| format!("cannot connect to Redis at {REDIS_ADDR} within 1 s: {e}"))?;
+    c.set_read_timeout(Some(IO_TIMEOUT)).map_err(redis_err)?;
+    c.set_write_timeout(Some(IO_TIMEOUT)).map_err(redis_err)?;
+    let pong: String = redis::cmd("PING").query(&mut c).map_err(redis_err)?;
+    if pong == "PONG" {
+        Ok(c)
+    } else {
+        Err(format!("Redis at {REDIS_ADDR}: PING answered {pong:?}"))
+    }
 }
 
-// ---------------------------------------------------------------------------------------------
-// 4. Redis: a minimal RESP2 client. One connection per thread, one command in flight.
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Debug)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
-}
-
-struct Redis {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-    out: Vec<u8>,
-    line: Vec<u8>,
-}
-
-impl Redis {
-    fn connect() -> R<Redis> {
-        let (r, w) = connect(REDIS_ADDR)?;
-        let mut c = Redis {
-            r,
-            w,
-            out: Vec::with_capacity(1024),
-            line: Vec::with_capacity(64),
-        };
-        match c.cmd(&[b"PING"])? {
-            Reply::Simple(s) if s == "PONG" => Ok(c),
-            other => Err(format!("PING answered {other:?}")),
-        }
-    }
-
-    /// Sends one command (an array of bulk strings) and reads its reply.
-    fn cmd(&mut self, args: &[&[u8]]) -> R<Reply> {
-        self.out.clear();
-        self.out
-            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            self.out
-                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            self.out.extend_from_slice(a);
-            self.out.extend_from_slice(b"\r\n");
-        }
-        self.w.write_all(&self.out).map_err(io)?;
-        match self.read_reply()? {
-            Reply::Error(e) => Err(format!("Redis error: {e}")),
-            reply => Ok(reply),
-        }
-    }
-
-    fn read_line(&mut self) -> R<String> {
-        self.line.clear();
-        self.r.read_until(b'\n', &mut self.line).map_err(io)?;
-        if !self.line.ends_with(b"\r\n") {
-            return Err("connection closed by Redis".into());
-        }
-        self.line.truncate(self.line.len() - 2);
-        String::from_utf8(self.line.clone()).map_err(|e| e.to_string())
-    }
-
-    fn read_reply(&mut self) -> R<Reply> {
-        let line = self.read_line()?;
-        let (kind, rest) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
-        let int = |s: &str| {
-            s.parse::<i64>()
-                .map_err(|e| format!("bad RESP length {s:?}: {e}"))
-        };
-        match kind {
-            "+" => Ok(Reply::Simple(rest.to_string())),
-            "-" => Ok(Reply::Error(rest.to_string())),
-            ":" => Ok(Reply::Int(int(rest)?)),
-            "$" => {
-                let n = int(rest)?;
-                if n < 0 {
-                    return Ok(Reply::Bulk(None));
-                }
-                let mut v = vec![0u8; n as usize + 2];
-                self.r.read_exact(&mut v).map_err(io)?;
-                v.truncate(n as usize);
-                Ok(Reply::Bulk(Some(v)))
-            }
-            "*" => {
-                let n = int(rest)?;
-                if n < 0 {
-                    return Ok(Reply::Array(None));
-                }
-                let items = (0..n).map(|_| self.read_reply()).collect::<R<Vec<_>>>()?;
-                Ok(Reply::Array(Some(items)))
-            }
-            _ => Err(format!("unexpected RESP line {line:?}")),
-        }
-    }
-
-    /// `CONFIG GET name`, for the notes; `None` if refused (CONFIG may be disabled).
-    fn config_get(&mut self, name: &str) -> Option<String> {
-        match self.cmd(&[b"CONFIG", b"GET", name.as_bytes()]).ok()? {
-            Reply::Array(Some(items)) => match items.get(1)? {
-                Reply::Bulk(Some(v)) => Some(String::from_utf8_lossy(v).into_owned()),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
+/// `CONFIG GET name`, for the notes; `None` if refused (CONFIG may be disabled).
+fn redis_config_get(c: &mut redis::Connection, name: &str) -> Option<String> {
+    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).ok()?;
+    pair.into_iter().nth(1)
 }
 
 /// Records are `P` + fingerprint + lease expiry (pending) or `D` + fingerprint + response (done).
+/// Claim is `SET key P.. NX PX lease`, complete `SET key D.. XX PX retention`, replay `GET key`:
+/// one command and one round trip each.
 struct RedisPeer {
-    c: Redis,
+    c: redis::Connection,
     value: Vec<u8>,
+}
+
+impl RedisPeer {
+    fn connect() -> R<RedisPeer> {
+        Ok(RedisPeer {
+            c: redis_connect()?,
+            value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
+        })
+    }
 }
 
 impl Peer for RedisPeer {
@@ -892,17 +831,17 @@ impl Peer for RedisPeer {
         self.value.extend_from_slice(&FP);
         self.value
             .extend_from_slice(&(now_ms() + LEASE_MS).to_be_bytes());
-        let px = LEASE_MS.to_string();
-        match self.c.cmd(&[
-            b"SET",
-            key.as_bytes(),
-            &self.value,
-            b"NX",
-            b"PX",
-            px.as_bytes(),
-        ])? {
-            Reply::Simple(s) if s == "OK" => Ok(true),
-            Reply::Bulk(None) => Ok(false),
+        let reply: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(&self.value[..])
+            .arg("NX")
+            .arg("PX")
+            .arg(LEASE_MS)
+            .query(&mut self.c)
+            .map_err(redis_err)?;
+        match reply {
+            redis::Value::Okay => Ok(true),
+            redis::Value::Nil => Ok(false),
             other => Err(format!("SET NX answered {other:?}")),
         }
     }
@@ -912,59 +851,56 @@ impl Peer for RedisPeer {
         self.value.push(b'D');
         self.value.extend_from_slice(&FP);
         self.value.extend_from_slice(resp);
-        let px = RETENTION_MS.to_string();
-        match self.c.cmd(&[
-            b"SET",
-            key.as_bytes(),
-            &self.value,
-            b"XX",
-            b"PX",
-            px.as_bytes(),
-        ])? {
-            Reply::Simple(s) if s == "OK" => Ok(()),
-            Reply::Bulk(None) => Err(format!("{key} vanished before completion")),
+        let reply: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(&self.value[..])
+            .arg("XX")
+            .arg("PX")
+            .arg(RETENTION_MS)
+            .query(&mut self.c)
+            .map_err(redis_err)?;
+        match reply {
+            redis::Value::Okay => Ok(()),
+            redis::Value::Nil => Err(format!("{key} vanished before completion")),
             other => Err(format!("SET XX answered {other:?}")),
         }
     }
 
     fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
-        match self.c.cmd(&[b"GET", key.as_bytes()])? {
-            Reply::Bulk(None) => Ok(None),
-            Reply::Bulk(Some(v)) if v.first() == Some(&b'D') => {
-                Ok(v.get(1 + FP_LEN..).map(<[u8]>::to_vec))
-            }
-            Reply::Bulk(Some(_)) => Err(format!("{key} is not completed")),
-            other => Err(format!("GET answered {other:?}")),
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.c)
+            .map_err(redis_err)?;
+        match value {
+            None => Ok(None),
+            Some(v) if v.first() == Some(&b'D') => Ok(v.get(1 + FP_LEN..).map(<[u8]>::to_vec)),
+            Some(_) => Err(format!("{key} is not completed")),
         }
     }
 }
 
 fn run_redis(rep: &mut Report, s: &Settings, prefix: &str) {
     let name = "Redis (RESP, no pipelining)";
-    let mut admin = match Redis::connect() {
+    let mut admin = match redis_connect() {
         Ok(c) => c,
-        Err(e) => return rep.skip(name, e),
+        Err(e) => return rep.fail(name, e),
     };
-    let aof = admin.config_get("appendonly");
-    let fsync = admin.config_get("appendfsync");
-    let version = match admin.cmd(&[b"INFO", b"server"]) {
-        Ok(Reply::Bulk(Some(v))) => String::from_utf8_lossy(&v)
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string)),
-        _ => None,
-    };
+    let aof = redis_config_get(&mut admin, "appendonly");
+    let fsync = redis_config_get(&mut admin, "appendfsync");
+    let version = redis::cmd("INFO")
+        .arg("server")
+        .query::<String>(&mut admin)
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string))
+        });
     rep.notes.push(format!(
         "Redis {} at {REDIS_ADDR}: appendonly={}, appendfsync={} (keys expire; nothing is deleted)",
         version.as_deref().unwrap_or("?"),
         aof.as_deref().unwrap_or("?"),
         fsync.as_deref().unwrap_or("?"),
     ));
-    let make = || -> R<RedisPeer> {
-        Ok(RedisPeer {
-            c: Redis::connect()?,
-            value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-        })
-    };
     let redis_prefix = format!("idemdb-compare:{prefix}");
     rep.run(
         name,
@@ -972,16 +908,15 @@ fn run_redis(rep: &mut Report, s: &Settings, prefix: &str) {
         s.keys,
         &s.threads,
         &mut || Ok(()),
-        &make,
+        &RedisPeer::connect,
     );
     // Check that the keys expire (nothing global is flushed or deleted).
     if let Some(t) = s.threads.first() {
         let key = format!("{redis_prefix}-s{}-t{t}-{:08}", rep.order, 0);
-        let ttl = match admin.cmd(&[b"PTTL", key.as_bytes()]) {
-            Ok(Reply::Int(ms)) if ms > 0 => format!("{:.1} h left", ms as f64 / 3.6e6),
-            Ok(Reply::Int(ms)) => format!("PTTL {ms} (no expiry?)"),
-            Ok(other) => format!("unexpected reply {other:?}"),
-            Err(e) => e,
+        let ttl = match redis::cmd("PTTL").arg(&key).query::<i64>(&mut admin) {
+            Ok(ms) if ms > 0 => format!("{:.1} h left", ms as f64 / 3.6e6),
+            Ok(ms) => format!("PTTL {ms} (no expiry?)"),
+            Err(e) => redis_err(e),
         };
         rep.notes
             .push(format!("Redis TTL of a completed key: {ttl}"));
@@ -989,14 +924,21 @@ fn run_redis(rep: &mut Report, s: &Settings, prefix: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. PostgreSQL: a minimal v3 wire-protocol client (trust auth, extended protocol).
+// 6. PostgreSQL: the v3 protocol's messages encoded and parsed by `postgres-protocol` (the
+//    rust-postgres family's codec), over a blocking socket. Trust auth, extended protocol: every
+//    operation is one Bind (text parameters, binary results) + Execute + Sync of a prepared
+//    statement in one write, then its reply up to ReadyForQuery: one round trip.
 // ---------------------------------------------------------------------------------------------
 
+fn io(e: std::io::Error) -> String {
+    format!("I/O error with PostgreSQL at {PG_ADDR}: {e}")
+}
+
 struct Pg {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-    out: Vec<u8>,
-    msg: Vec<u8>,
+    sock: TcpStream,
+    out: BytesMut,
+    inp: BytesMut,
+    chunk: Vec<u8>,
 }
 
 /// The rows (columns may be NULL) and the command tag of one statement.
@@ -1005,51 +947,17 @@ struct PgResult {
     tag: String,
 }
 
-fn put_cstr(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(s.as_bytes());
-    out.push(0);
-}
-
-/// Appends a message: type byte, then a length (including itself) patched after `body` runs.
-fn put_msg(out: &mut Vec<u8>, kind: Option<u8>, body: impl FnOnce(&mut Vec<u8>)) {
-    if let Some(k) = kind {
-        out.push(k);
-    }
-    let at = out.len();
-    out.extend_from_slice(&[0; 4]);
-    body(out);
-    let len = (out.len() - at) as u32;
-    if let Some(slot) = out.get_mut(at..at + 4) {
-        slot.copy_from_slice(&len.to_be_bytes());
-    }
-}
-
-fn be_u16(b: &[u8], at: usize) -> R<u16> {
-    b.get(at..at + 2)
-        .and_then(|s| s.try_into().ok())
-        .map(u16::from_be_bytes)
-        .ok_or_else(|| "truncated PostgreSQL message".to_string())
-}
-
-fn be_i32(b: &[u8], at: usize) -> R<i32> {
-    b.get(at..at + 4)
-        .and_then(|s| s.try_into().ok())
-        .map(i32::from_be_bytes)
-        .ok_or_else(|| "truncated PostgreSQL message".to_string())
-}
-
 /// The fields of an ErrorResponse as `SEVERITY SQLSTATE: message`.
-fn pg_error(body: &[u8]) -> String {
+fn pg_error(body: &ErrorResponseBody) -> String {
     let (mut sev, mut code, mut text) = (String::new(), String::new(), String::new());
-    for field in body.split(|b| *b == 0) {
-        if let Some((&t, v)) = field.split_first() {
-            let v = String::from_utf8_lossy(v).into_owned();
-            match t {
-                b'S' => sev = v,
-                b'C' => code = v,
-                b'M' => text = v,
-                _ => {}
-            }
+    let mut fields = body.fields();
+    while let Ok(Some(field)) = fields.next() {
+        let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
+        match field.type_() {
+            b'S' => sev = value,
+            b'C' => code = value,
+            b'M' => text = value,
+            _ => {}
         }
     }
     format!("PostgreSQL {sev} {code}: {text}")
@@ -1067,39 +975,46 @@ fn hex_bytea(out: &mut Vec<u8>, bytes: &[u8]) {
 
 impl Pg {
     fn connect(user: &str) -> R<Pg> {
-        let (r, w) = connect(PG_ADDR)?;
+        let addr = SocketAddr::new(PG_HOST, PG_PORT);
+        let sock = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+            .map_err(|e| format!("cannot connect to PostgreSQL at {PG_ADDR} within 1 s: {e}"))?;
+        sock.set_nodelay(true).map_err(io)?;
+        sock.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+        sock.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
         let mut c = Pg {
-            r,
-            w,
-            out: Vec::with_capacity(1024),
-            msg: Vec::with_capacity(1024),
+            sock,
+            out: BytesMut::with_capacity(1024),
+            inp: BytesMut::with_capacity(16 << 10),
+            chunk: vec![0; 16 << 10],
         };
-        put_msg(&mut c.out, None, |o| {
-            o.extend_from_slice(&196_608u32.to_be_bytes()); // protocol 3.0
-            for (k, v) in [
+        frontend::startup_message(
+            [
                 ("user", user),
                 ("database", PG_DATABASE),
                 ("application_name", "idemdb-compare"),
                 ("client_encoding", "UTF8"),
-            ] {
-                put_cstr(o, k);
-                put_cstr(o, v);
-            }
-            o.push(0);
-        });
+            ],
+            &mut c.out,
+        )
+        .map_err(io)?;
         c.flush()?;
         loop {
             match c.read_msg()? {
-                b'R' => match be_i32(&c.msg, 0)? {
-                    0 => {}
-                    m => {
-                        return Err(format!(
-                            "authentication method {m} requested; only trust is supported"
-                        ))
-                    }
-                },
-                b'E' => return Err(pg_error(&c.msg)),
-                b'Z' => return Ok(c),
+                Message::AuthenticationOk => {}
+                Message::ErrorResponse(body) => return Err(pg_error(&body)),
+                Message::ReadyForQuery(_) => return Ok(c),
+                Message::AuthenticationCleartextPassword
+                | Message::AuthenticationMd5Password(_)
+                | Message::AuthenticationSasl(_)
+                | Message::AuthenticationGss
+                | Message::AuthenticationKerberosV5
+                | Message::AuthenticationScmCredential
+                | Message::AuthenticationSspi => {
+                    return Err(format!(
+                        "PostgreSQL at {PG_ADDR} asks user {user} for a password; only trust is \
+                         supported"
+                    ))
+                }
                 _ => {} // ParameterStatus, BackendKeyData, NoticeResponse
             }
         }
@@ -1119,23 +1034,23 @@ impl Pg {
     }
 
     fn flush(&mut self) -> R<()> {
-        self.w.write_all(&self.out).map_err(io)?;
+        self.sock.write_all(&self.out).map_err(io)?;
         self.out.clear();
         Ok(())
     }
 
-    /// Reads one backend message into `self.msg` and returns its type byte.
-    fn read_msg(&mut self) -> R<u8> {
-        let mut head = [0u8; 5];
-        self.r.read_exact(&mut head).map_err(io)?;
-        let [kind, len @ ..] = head;
-        let len = u32::from_be_bytes(len) as usize;
-        if len < 4 {
-            return Err(format!("bad PostgreSQL message length {len}"));
+    /// The next backend message, reading from the socket as needed.
+    fn read_msg(&mut self) -> R<Message> {
+        loop {
+            if let Some(m) = Message::parse(&mut self.inp).map_err(io)? {
+                return Ok(m);
+            }
+            let n = self.sock.read(&mut self.chunk).map_err(io)?;
+            let read = self.chunk.get(..n).filter(|r| !r.is_empty());
+            let read =
+                read.ok_or_else(|| format!("PostgreSQL at {PG_ADDR} closed the connection"))?;
+            self.inp.extend_from_slice(read);
         }
-        self.msg.resize(len - 4, 0);
-        self.r.read_exact(&mut self.msg).map_err(io)?;
-        Ok(kind)
     }
 
     /// Reads messages up to ReadyForQuery, collecting rows and the last command tag; an
@@ -1148,30 +1063,22 @@ impl Pg {
         let mut err = None;
         loop {
             match self.read_msg()? {
-                b'D' => {
-                    let n = be_u16(&self.msg, 0)?;
-                    let mut at = 2;
-                    let mut row = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        let len = be_i32(&self.msg, at)?;
-                        at += 4;
-                        if len < 0 {
-                            row.push(None);
-                        } else {
-                            let end = at + len as usize;
-                            let v = self.msg.get(at..end).ok_or("truncated DataRow")?;
-                            row.push(Some(v.to_vec()));
-                            at = end;
-                        }
+                Message::DataRow(body) => {
+                    let mut row = Vec::new();
+                    let mut ranges = body.ranges();
+                    while let Some(range) = ranges.next().map_err(io)? {
+                        row.push(match range {
+                            None => None,
+                            Some(r) => {
+                                Some(body.buffer().get(r).ok_or("truncated DataRow")?.to_vec())
+                            }
+                        });
                     }
                     res.rows.push(row);
                 }
-                b'C' => {
-                    let tag = self.msg.split(|b| *b == 0).next().unwrap_or_default();
-                    res.tag = String::from_utf8_lossy(tag).into_owned();
-                }
-                b'E' => err = Some(pg_error(&self.msg)),
-                b'Z' => return err.map_or(Ok(res), Err),
+                Message::CommandComplete(body) => res.tag = body.tag().map_err(io)?.to_string(),
+                Message::ErrorResponse(body) => err = Some(pg_error(&body)),
+                Message::ReadyForQuery(_) => return err.map_or(Ok(res), Err),
                 _ => {} // ParseComplete, BindComplete, RowDescription, NoData, notices...
             }
         }
@@ -1179,19 +1086,15 @@ impl Pg {
 
     /// A simple-protocol query (text results).
     fn simple(&mut self, sql: &str) -> R<PgResult> {
-        put_msg(&mut self.out, Some(b'Q'), |o| put_cstr(o, sql));
+        frontend::query(sql, &mut self.out).map_err(io)?;
         self.flush()?;
         self.read_result()
     }
 
     /// Parses a named prepared statement (parameter types inferred by the server).
     fn prepare(&mut self, name: &str, sql: &str) -> R<()> {
-        put_msg(&mut self.out, Some(b'P'), |o| {
-            put_cstr(o, name);
-            put_cstr(o, sql);
-            o.extend_from_slice(&0u16.to_be_bytes());
-        });
-        put_msg(&mut self.out, Some(b'S'), |_| {});
+        frontend::parse(name, sql, std::iter::empty(), &mut self.out).map_err(io)?;
+        frontend::sync(&mut self.out);
         self.flush()?;
         self.read_result().map(drop)
     }
@@ -1199,25 +1102,36 @@ impl Pg {
     /// Bind (text parameters, binary results) + Execute + Sync of a prepared statement, sent in
     /// one write; then waits for ReadyForQuery.
     fn exec(&mut self, stmt: &str, params: &[&[u8]]) -> R<PgResult> {
-        put_msg(&mut self.out, Some(b'B'), |o| {
-            put_cstr(o, ""); // unnamed portal
-            put_cstr(o, stmt);
-            o.extend_from_slice(&0u16.to_be_bytes()); // all parameters in text format
-            o.extend_from_slice(&(params.len() as u16).to_be_bytes());
-            for p in params {
-                o.extend_from_slice(&(p.len() as i32).to_be_bytes());
-                o.extend_from_slice(p);
-            }
-            o.extend_from_slice(&1u16.to_be_bytes()); // one result format code...
-            o.extend_from_slice(&1u16.to_be_bytes()); // ...binary, for every column
-        });
-        put_msg(&mut self.out, Some(b'E'), |o| {
-            put_cstr(o, "");
-            o.extend_from_slice(&0i32.to_be_bytes());
-        });
-        put_msg(&mut self.out, Some(b'S'), |_| {});
+        let bound = frontend::bind(
+            "", // unnamed portal
+            stmt,
+            std::iter::empty(), // no format codes: every parameter in text format
+            params.iter().copied(),
+            |p, out| {
+                out.extend_from_slice(p);
+                Ok(IsNull::No)
+            },
+            [1], // one result format code: binary, for every column
+            &mut self.out,
+        );
+        if let Err(e) = bound {
+            return Err(match e {
+                BindError::Conversion(e) => format!("PostgreSQL parameter: {e}"),
+                BindError::Serialization(e) => io(e),
+            });
+        }
+        frontend::execute("", 0, &mut self.out).map_err(io)?;
+        frontend::sync(&mut self.out);
         self.flush()?;
         self.read_result()
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        self.out.clear();
+        frontend::terminate(&mut self.out);
+        let _ = self.sock.write_all(&self.out);
     }
 }
 
@@ -1294,7 +1208,7 @@ fn run_postgres(rep: &mut Report, s: &Settings, prefix: &str, sync_commit: bool)
     };
     let (mut admin, user) = match Pg::connect_any() {
         Ok(c) => c,
-        Err(e) => return rep.skip(name, e),
+        Err(e) => return rep.fail(name, e),
     };
     let table = format!("idem_bench_{prefix}");
     let create = format!(
@@ -1302,7 +1216,7 @@ fn run_postgres(rep: &mut Report, s: &Settings, prefix: &str, sync_commit: bool)
          (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
     );
     if let Err(e) = admin.simple(&create) {
-        return rep.skip(name, e);
+        return rep.fail(name, e);
     }
     if !sync_commit {
         let show = |c: &mut Pg, what: &str| -> String {
@@ -1434,9 +1348,9 @@ fn idemdb_store(durability: Durability) -> R<(IdemPeer, tempfile::TempDir)> {
 /// bare RocksDB, SQLite, Redis and PostgreSQL with synchronous_commit=off; Synced against bare
 /// RocksDB synced.
 fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
-    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
     let rounds = s.paired;
-    let selected = |id: &str| s.only.is_empty() || s.only.iter().any(|o| id.contains(o.as_str()));
+    let selected = |id: &str| s.selected(id);
     // Keys per round: about 0.1 s of work for each system on a 2-core machine.
     let chunk_me = if s.smoke { 20 } else { 5_000 };
     let net = if s.smoke { 10 } else { 400 };
@@ -1459,7 +1373,10 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
                 keys_peer: chunk_peer,
                 rounds: r,
             }),
-            Err(e) => skipped.push(format!("skipped: paired {peer_name}: {e}")),
+            Err(e) => {
+                eprintln!("compare: failed: paired {peer_name}: {e}");
+                failed.push(format!("failed: paired {peer_name}: {e}"));
+            }
         }
     };
     let tag = |what: &str| format!("{prefix}-paired-{what}");
@@ -1508,10 +1425,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
             "Redis (RESP, no pipelining)",
             (chunk_me, net),
             &mut |me| {
-                let mut peer = RedisPeer {
-                    c: Redis::connect()?,
-                    value: Vec::with_capacity(1 + FP_LEN + RESP_LEN),
-                };
+                let mut peer = RedisPeer::connect()?;
                 let keys = format!("idemdb-compare:{}", tag("redis"));
                 pair_rounds(me, &mut peer, (chunk_me, net), rounds, &keys)
             },
@@ -1527,7 +1441,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
                 let table = format!("idem_bench_{prefix}_paired");
                 admin.simple(&format!(
                     "CREATE TABLE IF NOT EXISTS {table} \
-                 (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
+                     (k text primary key, status text, fp bytea, lease_until bigint, resp bytea)"
                 ))?;
                 let res = PgPeer::connect(user, &table, false).and_then(|mut peer| {
                     pair_rounds(me, &mut peer, (chunk_me, net), rounds, &tag("pg"))
@@ -1537,7 +1451,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
             },
         );
     }
-    (out, skipped)
+    (out, failed)
 }
 
 fn median(xs: &[f64]) -> f64 {
@@ -1550,8 +1464,8 @@ fn median(xs: &[f64]) -> f64 {
     }
 }
 
-fn print_paired(paired: &[Paired], skipped: &[String]) {
-    if paired.is_empty() && skipped.is_empty() {
+fn print_paired(paired: &[Paired], failed: &[String]) {
+    if paired.is_empty() && failed.is_empty() {
         return;
     }
     println!();
@@ -1589,7 +1503,7 @@ fn print_paired(paired: &[Paired], skipped: &[String]) {
             cells(&p.rounds.replay)
         );
     }
-    for line in skipped {
+    for line in failed {
         println!("{line}");
     }
 }
@@ -1637,14 +1551,7 @@ fn machine() -> String {
 }
 
 fn command(s: &Settings) -> String {
-    if s.smoke {
-        let args = s.user_args.join(" ");
-        return format!(
-            "compare bench binary run without --bench (args: {:?}): smoke workload",
-            args
-        );
-    }
-    let mut c = "cargo bench --bench compare".to_string();
+    let mut c = "cargo run --release -p idemdb-peers".to_string();
     if !s.user_args.is_empty() {
         c.push_str(" -- ");
         c.push_str(&s.user_args.join(" "));
@@ -1706,7 +1613,7 @@ fn print_report(rep: &mut Report, s: &Settings) {
          before it. Redis and PostgreSQL memory lives in their servers and is not counted. \
          Rows marked [N keys] ran --synced-keys keys. Bold: best ops/s per thread count."
     );
-    for line in &rep.skipped {
+    for line in &rep.failed {
         println!("{line}");
     }
     println!();
@@ -1767,10 +1674,30 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // A selected network peer that cannot be reached fails the run now, naming it, rather than
+    // after minutes of measurements (and never passes by being skipped).
+    let mut unreachable = Vec::new();
+    if s.selected("redis") {
+        unreachable.extend(redis_connect().err());
+    }
+    if s.selected("postgres-async") || s.selected("postgres-sync") {
+        unreachable.extend(Pg::connect_any().err());
+    }
+    if !unreachable.is_empty() {
+        for e in &unreachable {
+            eprintln!("compare: {e}");
+        }
+        eprintln!(
+            "compare: a selected peer cannot be reached. Start it, or leave it out with --only \
+             (systems: idemdb-buffered, idemdb-synced, bare-buffered, bare-synced, hashmap, \
+             sqlite, redis, postgres-async, postgres-sync)"
+        );
+        std::process::exit(1);
+    }
     let prefix = run_id();
     let mut rep = Report {
         rows: Vec::new(),
-        skipped: Vec::new(),
+        failed: Vec::new(),
         notes: Vec::new(),
         order: 0,
     };
@@ -1808,7 +1735,7 @@ fn main() {
         ),
     ];
     for (i, (id, mut run)) in systems.into_iter().enumerate() {
-        if s.only.is_empty() || s.only.iter().any(|o| id.contains(o.as_str())) {
+        if s.selected(id) {
             rep.order = i + 1;
             run(&mut rep);
         }
@@ -1817,11 +1744,16 @@ fn main() {
         "total run time {:.1} s",
         started.elapsed().as_secs_f64()
     ));
-    let (paired, paired_skipped) = if s.paired > 0 {
+    let (paired, paired_failed) = if s.paired > 0 {
         run_paired(&s, &prefix)
     } else {
         (Vec::new(), Vec::new())
     };
     print_report(&mut rep, &s);
-    print_paired(&paired, &paired_skipped);
+    print_paired(&paired, &paired_failed);
+    let failed = rep.failed.len() + paired_failed.len();
+    if failed > 0 {
+        eprintln!("compare: {failed} measurement(s) failed (the `failed:` lines above)");
+        std::process::exit(1);
+    }
 }
