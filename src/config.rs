@@ -170,7 +170,8 @@ impl Config {
         self
     }
 
-    /// Size of one memtable of the records column family. Default: 64 MiB.
+    /// Size of one memtable of the `records` and `versions` column families (the `expiry` index
+    /// gets a quarter of it; `meta` and `default` 4 MiB each), at least 1 MiB. Default: 64 MiB.
     #[must_use]
     pub fn write_buffer_bytes(mut self, n: usize) -> Self {
         self.write_buffer_bytes = n;

@@ -65,8 +65,10 @@ impl Core {
     /// store id, fencing-token and time high-water marks.
     pub(crate) fn open(cfg: Config) -> Result<Core> {
         cfg.validate()?;
-        std::fs::create_dir_all(&cfg.path)
-            .map_err(|e| Error::Io(format!("cannot create {}: {e}", cfg.path.display())))?;
+        std::fs::create_dir_all(&cfg.path).map_err(|e| Error::Io {
+            kind: e.kind(),
+            message: format!("cannot create {}: {e}", cfg.path.display()),
+        })?;
         let (engine, created) = Engine::open(
             &cfg.path,
             &EngineOptions {

@@ -33,8 +33,15 @@ pub enum Error {
     ForeignLease,
     /// The storage engine is busy (write stall, lock contention): the call may be retried.
     Busy(String),
-    /// The disk or the operating system failed the operation.
-    Io(String),
+    /// The disk or the operating system failed the operation. `kind` says which way, as far as
+    /// the engine's message tells (`StorageFull` for a full disk, `PermissionDenied`, `NotFound`,
+    /// `ReadOnlyFilesystem`, `TimedOut`; `Other` when it does not say).
+    Io {
+        /// The class of the failure, matchable (a full disk is `std::io::ErrorKind::StorageFull`).
+        kind: std::io::ErrorKind,
+        /// The engine's or the operating system's message.
+        message: String,
+    },
     /// An optimistic update met a conflict on every one of its attempts.
     Contention {
         /// How many attempts were made.
@@ -113,8 +120,9 @@ impl fmt::Display for Error {
             Error::InvalidInput(i) => write!(f, "invalid input: {i}"),
             Error::Corrupted { what, reason } => write!(
                 f,
-                "corrupted {what}: {reason}; the value was not used. Inspect it with `idemdb inspect` \
-                 and remove it with `idemdb forget` if it cannot be recovered"
+                "corrupted {what}: {reason}; the value was not used and nothing was changed. \
+                 Restore it from a backup, or remove it (`idemdb forget`, `idemdb forget \
+                 --consumer`, `Store::causal_delete`) if it cannot be recovered"
             ),
             Error::IncompatibleFormat { found, expected } => write!(
                 f,
@@ -126,7 +134,10 @@ impl fmt::Display for Error {
                 "this lease was issued by a different store; pass leases only to the store that issued them"
             ),
             Error::Busy(m) => write!(f, "storage engine busy, retry the call: {m}"),
-            Error::Io(m) => write!(f, "I/O error (check disk space and permissions): {m}"),
+            Error::Io { kind, message } => write!(
+                f,
+                "I/O error ({kind}; check disk space and permissions): {message}"
+            ),
             Error::Contention { attempts } => write!(
                 f,
                 "gave up after {attempts} attempts, each conflicting with a concurrent writer; \
@@ -155,10 +166,17 @@ impl fmt::Display for InvalidInput {
                 f,
                 "the {field} is {len} bytes, over the limit of {max} (Config::max_{field}_len)"
             ),
-            InvalidInput::TooLarge { what, len, max } => write!(
-                f,
-                "the {what} is {len} bytes, over the limit of {max} (Config::max_response_bytes)"
-            ),
+            InvalidInput::TooLarge { what, len, max } => {
+                let limit = if *what == "fingerprint" {
+                    "MAX_FINGERPRINT_LEN"
+                } else {
+                    "Config::max_response_bytes"
+                };
+                write!(
+                    f,
+                    "the {what} is {len} bytes, over the limit of {max} ({limit})"
+                )
+            }
             InvalidInput::Duration { what, reason } => write!(f, "the {what} duration {reason}"),
             InvalidInput::Config(m) => write!(f, "configuration: {m}"),
             InvalidInput::LimitReached { what, limit, hint } => {
@@ -183,9 +201,62 @@ pub(crate) fn corrupted(what: &'static str, reason: impl Into<String>) -> Error 
     }
 }
 
+/// An I/O error from a message, classified by what the message says (RocksDB reports I/O
+/// failures as text: `IO error: No space left on device`, `... Permission denied`).
+pub(crate) fn io_from_message(message: String) -> Error {
+    use std::io::ErrorKind as K;
+    let m = message.to_ascii_lowercase();
+    let kind = if m.contains("no space left") || m.contains("nospace") || m.contains("disk full") {
+        K::StorageFull
+    } else if m.contains("permission denied") || m.contains("operation not permitted") {
+        K::PermissionDenied
+    } else if m.contains("no such file") {
+        K::NotFound
+    } else if m.contains("read-only file system") {
+        K::ReadOnlyFilesystem
+    } else if m.contains("timed out") {
+        K::TimedOut
+    } else {
+        K::Other
+    };
+    Error::Io { kind, message }
+}
+
 pub(crate) fn encoding(what: &'static str, reason: impl Into<String>) -> Error {
     Error::Encoding {
         what,
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_keep_a_matchable_kind() {
+        let full = io_from_message("IO error: No space left on device: While appending".into());
+        assert!(matches!(
+            full,
+            Error::Io {
+                kind: std::io::ErrorKind::StorageFull,
+                ..
+            }
+        ));
+        let denied = io_from_message("IO error: While open a file: /x: Permission denied".into());
+        assert!(matches!(
+            denied,
+            Error::Io {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            }
+        ));
+        assert!(matches!(
+            io_from_message("IO error: something else".into()),
+            Error::Io {
+                kind: std::io::ErrorKind::Other,
+                ..
+            }
+        ));
     }
 }

@@ -279,7 +279,8 @@ pub(crate) struct Record {
 
 /// A borrowed view of a stored record, for the paths that only answer from it (a replay, a
 /// mismatch, an in-progress claim): the fingerprint and the response body point into the stored
-/// bytes, so nothing is allocated before the answer is known. Field for field the serde shape of
+/// bytes, so no body is copied before the answer is known (the small metadata map and a
+/// checkpoint, if any, are copied as they are read). Field for field the serde shape of
 /// [`Record`]; `codec` reads it by hand from those bytes, and its tests hold that reader to this
 /// type's serde decoder (`hand_view_decodes_as_serde_does`).
 #[derive(Debug, Deserialize)]

@@ -195,7 +195,7 @@ mod tests {
                             let mut count = Counter(0, false);
                             b.iterate(&mut count);
                             if count.1 {
-                                return Err(Error::Io("planted".into()));
+                                return Err(Error::Engine("planted".into()));
                             }
                             written.fetch_add(count.0, Ordering::SeqCst);
                             Ok(())
@@ -240,7 +240,7 @@ mod tests {
                             let _ = held.lock().recv();
                             Ok(())
                         }
-                        Some(13) => Err(Error::Io("planted".into())),
+                        Some(13) => Err(Error::Engine("planted".into())),
                         _ => Ok(()),
                     },
                     |_| None,

@@ -105,7 +105,7 @@ fn classify(e: rocksdb::Error) -> Error {
             what: "storage engine data",
             reason: msg,
         },
-        ErrorKind::IOError => Error::Io(msg),
+        ErrorKind::IOError => crate::error::io_from_message(msg),
         _ => Error::Engine(msg),
     }
 }
