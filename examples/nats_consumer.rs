@@ -139,8 +139,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut nats = match Nats::connect() {
         Ok(n) => n,
         Err(e) => {
-            println!("skipped: no NATS server on {ADDR} ({e}); start one with `nats-server -js`");
-            return Ok(());
+            return Err(format!(
+                "cannot reach the NATS server on {ADDR} ({e}); start one with `nats-server -js`"
+            )
+            .into());
         }
     };
     let args: Vec<String> = std::env::args().collect();
@@ -162,8 +164,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     )?;
     if created.contains("\"error\"") {
-        println!("skipped: JetStream is not enabled on {ADDR}: {created}");
-        return Ok(());
+        return Err(format!(
+            "JetStream is not enabled on the NATS server on {ADDR} (run `nats-server -js`): {created}"
+        )
+        .into());
     }
     let consumer = nats.request(
         &format!("$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.worker"),

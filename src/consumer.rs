@@ -4,6 +4,7 @@
 //! been attempted `max_attempts` times is stored as a terminal "poisoned" failure and never
 //! handed out again until it expires.
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use crate::error::Result;
@@ -13,7 +14,8 @@ use crate::store::Store;
 /// Metadata key marking a stored failure as a poisoned message.
 const POISONED: &str = "idemdb.poisoned";
 
-/// Per-group consumer settings.
+/// Per-group consumer settings, built like [`crate::ClaimOptions`]: `ConsumerOptions::default()`
+/// and setters, passed by value (a reference works too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Attempts (failures, or crashed workers whose lease was taken over) before a message is
@@ -23,6 +25,27 @@ pub struct ConsumerOptions {
     pub lease: Option<Duration>,
     /// How long a processed message id is remembered. Default: the store's retention.
     pub retention: Option<Duration>,
+}
+
+impl ConsumerOptions {
+    /// Sets how many attempts a message gets before it is poisoned. Default: 5.
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+    /// Sets the lease per delivery. Default: the store's [`crate::Config::lease`].
+    #[must_use]
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = Some(d);
+        self
+    }
+    /// Sets how long a processed message id is remembered. Default: the store's retention.
+    #[must_use]
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.retention = Some(d);
+        self
+    }
 }
 
 impl Default for ConsumerOptions {
@@ -88,8 +111,9 @@ impl Store {
         &self,
         group: impl AsRef<[u8]>,
         message_id: impl AsRef<[u8]>,
-        opts: &ConsumerOptions,
+        opts: impl Borrow<ConsumerOptions>,
     ) -> Result<Begin> {
+        let opts = opts.borrow();
         let (group, id) = (group.as_ref(), message_id.as_ref());
         self.core.check_names(group, id)?;
         let claim_opts = ClaimOptions {
@@ -130,8 +154,9 @@ impl Store {
     pub fn fail_message(
         &self,
         lease: &Lease,
-        opts: &ConsumerOptions,
+        opts: impl Borrow<ConsumerOptions>,
     ) -> Result<std::result::Result<MessageFailed, LeaseLost>> {
+        let opts = opts.borrow();
         let attempts = lease.attempt();
         if attempts >= opts.max_attempts.max(1) {
             let r = self.fail(lease, FailKind::Terminal(poison_marker(attempts)))?;

@@ -237,7 +237,8 @@ pub enum RecordState {
     Failed(Replay),
 }
 
-/// Per-claim options; unset fields take the store's defaults.
+/// Per-claim options; unset fields take the store's defaults. Built with `default()` and the
+/// setters, passed by value (a reference works too), as [`crate::ConsumerOptions`] is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClaimOptions {
     /// Lease length. Default: [`crate::Config::lease`].

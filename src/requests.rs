@@ -53,8 +53,9 @@ impl Store {
         tenant: impl AsRef<[u8]>,
         key: impl AsRef<[u8]>,
         fingerprint: impl AsRef<[u8]>,
-        opts: ClaimOptions,
+        opts: impl std::borrow::Borrow<ClaimOptions>,
     ) -> Result<Claim> {
+        let opts = *opts.borrow();
         self.claim_in(
             Namespace::Requests,
             tenant.as_ref(),
