@@ -274,7 +274,7 @@ impl Commit<'_> {
                     });
                 }
                 Op::Reserve { key, owner } => {
-                    let stored = crate::unique::Stored::plain(owner);
+                    let stored = crate::unique::StoredReservation::plain(owner);
                     if let Some(cur) = store.live_reservation(&key)? {
                         if !cur.same_owner(&stored) {
                             return Ok(Err(CommitConflict::Taken {

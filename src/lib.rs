@@ -178,7 +178,8 @@ pub mod __internal {
 
     /// Decodes a unique reservation value (kind 5).
     pub fn decode_reservation(bytes: &[u8]) -> Result<DecodedReservation> {
-        let s: crate::unique::Stored = crate::format::unseal_bincode("reservation", bytes)?;
+        let s: crate::unique::StoredReservation =
+            crate::format::unseal_bincode("reservation", bytes)?;
         Ok((s.owner, s.bound))
     }
 

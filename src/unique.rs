@@ -44,19 +44,19 @@ pub enum Released {
 /// A stored reservation. A plain one has a non-empty `owner` and no `bound`; one bound to a lease
 /// has an empty `owner` (no plain owner can be empty) and the lease's record key and token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Stored {
+pub(crate) struct StoredReservation {
     pub owner: Vec<u8>,
     /// (record key, fencing token) of the lease it is bound to.
     pub bound: Option<(Vec<u8>, u64)>,
 }
 
-impl Stored {
+impl StoredReservation {
     pub(crate) fn plain(owner: Vec<u8>) -> Self {
-        Stored { owner, bound: None }
+        StoredReservation { owner, bound: None }
     }
 
     fn bound_to(lease: &Lease) -> Self {
-        Stored {
+        StoredReservation {
             owner: Vec::new(),
             bound: Some((lease.record_key().to_vec(), lease.fence())),
         }
@@ -65,7 +65,7 @@ impl Stored {
     /// Whether `other` is the same owner: the same plain owner, or a lease of the same record (a
     /// live bound reservation carries its record's current token, so a lease of that record that
     /// is still pending is the same lease). A plain owner never matches a bound one.
-    pub(crate) fn same_owner(&self, other: &Stored) -> bool {
+    pub(crate) fn same_owner(&self, other: &StoredReservation) -> bool {
         match (&self.bound, &other.bound) {
             (None, None) => self.owner == other.owner,
             (Some((a, _)), Some((b, _))) => a == b,
@@ -94,7 +94,7 @@ impl Store {
         let key = self.unique_key_checked(index, value)?;
         self.core.check_names(index, owner)?;
         let _g = self.core.lock(&key);
-        self.put_reservation(&key, Stored::plain(owner.to_vec()))
+        self.put_reservation(&key, StoredReservation::plain(owner.to_vec()))
     }
 
     /// Reserves `value` in `index` for as long as `lease` is pending (a partial unique constraint:
@@ -117,7 +117,10 @@ impl Store {
         if let Err(lost) = check_holder(self.core.load(&rkey)?, lease, self.now()) {
             return Ok(Err(lost));
         }
-        Ok(Ok(self.put_reservation(&key, Stored::bound_to(lease))?))
+        Ok(Ok(self.put_reservation(
+            &key,
+            StoredReservation::bound_to(lease),
+        )?))
     }
 
     /// Frees `value` in `index` if the plain owner `owner` holds it. A reservation bound to a
@@ -133,7 +136,7 @@ impl Store {
         let _g = self.core.lock(&key);
         match self.live_reservation(&key)? {
             None => Ok(Released::Absent),
-            Some(s) if !s.same_owner(&Stored::plain(owner.to_vec())) => {
+            Some(s) if !s.same_owner(&StoredReservation::plain(owner.to_vec())) => {
                 Ok(Released::NotOwner { owner: s.owner })
             }
             Some(_) => {
@@ -163,7 +166,11 @@ impl Store {
     }
 
     /// Writes `stored` at `key` unless another live owner holds it. Caller holds the stripe.
-    pub(crate) fn put_reservation(&self, key: &[u8], stored: Stored) -> Result<Reservation> {
+    pub(crate) fn put_reservation(
+        &self,
+        key: &[u8],
+        stored: StoredReservation,
+    ) -> Result<Reservation> {
         if let Some(cur) = self.live_reservation(key)? {
             if !cur.same_owner(&stored) {
                 return Ok(Reservation::Taken { owner: cur.owner });
@@ -176,11 +183,11 @@ impl Store {
     }
 
     /// The reservation at `key` if it is live.
-    pub(crate) fn live_reservation(&self, key: &[u8]) -> Result<Option<Stored>> {
+    pub(crate) fn live_reservation(&self, key: &[u8]) -> Result<Option<StoredReservation>> {
         let Some(bytes) = self.core.engine().get(Cf::Versions, key)? else {
             return Ok(None);
         };
-        let stored: Stored = format::unseal_bincode("reservation", &bytes)?;
+        let stored: StoredReservation = format::unseal_bincode("reservation", &bytes)?;
         let Some((rkey, fence)) = &stored.bound else {
             return Ok(Some(stored));
         };

@@ -70,12 +70,12 @@ impl Default for UpdateOptions {
 
 /// The stored state of an entity: its version, and its value unless it is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
+pub(crate) struct StoredEntity {
     pub version: Version,
     pub value: Option<Vec<u8>>,
 }
 
-impl Stored {
+impl StoredEntity {
     pub(crate) fn live(&self) -> Option<Versioned> {
         self.value.as_ref().map(|v| Versioned {
             value: v.clone(),
@@ -98,7 +98,7 @@ pub(crate) fn encode_entity(version: Version, value: Option<&[u8]>) -> Vec<u8> {
     format::seal(&body)
 }
 
-pub(crate) fn decode_entity(bytes: &[u8]) -> Result<Stored> {
+pub(crate) fn decode_entity(bytes: &[u8]) -> Result<StoredEntity> {
     let body = format::unseal("entity", bytes)?;
     let Some((version, rest)) = body.split_first_chunk::<8>() else {
         return Err(corrupted("entity", "too short"));
@@ -108,14 +108,14 @@ pub(crate) fn decode_entity(bytes: &[u8]) -> Result<Stored> {
         Some((1, v)) => Some(v.to_vec()),
         _ => return Err(corrupted("entity", "bad tombstone flag")),
     };
-    Ok(Stored {
+    Ok(StoredEntity {
         version: u64::from_be_bytes(*version),
         value,
     })
 }
 
 impl Expect {
-    pub(crate) fn holds(self, cur: Option<&Stored>) -> bool {
+    pub(crate) fn holds(self, cur: Option<&StoredEntity>) -> bool {
         let live = cur.filter(|s| s.value.is_some());
         match self {
             Expect::Any => true,
@@ -126,7 +126,7 @@ impl Expect {
 }
 
 /// The version a write after `cur` gets.
-pub(crate) fn next_version(cur: Option<&Stored>) -> Version {
+pub(crate) fn next_version(cur: Option<&StoredEntity>) -> Version {
     cur.map_or(0, |s| s.version).saturating_add(1)
 }
 
@@ -283,7 +283,7 @@ impl Store {
         Ok(Ok(Some(v)))
     }
 
-    pub(crate) fn load_entity(&self, key: &[u8]) -> Result<Option<Stored>> {
+    pub(crate) fn load_entity(&self, key: &[u8]) -> Result<Option<StoredEntity>> {
         self.core
             .engine()
             .get_with(Cf::Versions, key, |v| v.map(decode_entity).transpose())?
