@@ -597,7 +597,7 @@ fn unique(c: &mut Criterion) {
             },
             |v| {
                 assert_eq!(
-                    store.release("email", &[&v], "owner").unwrap(),
+                    store.release_reservation("email", &[&v], "owner").unwrap(),
                     Released::Released
                 )
             },
@@ -658,7 +658,7 @@ fn offsets(c: &mut Criterion) {
                 b.iter(|| {
                     let win = reads.offset_window("g", "t", partition).unwrap();
                     assert_eq!(win.watermark(), Some(1_000));
-                    assert_eq!(win.pending_gaps_len(), gaps);
+                    assert_eq!(win.out_of_order_len(), gaps);
                     win
                 })
             },

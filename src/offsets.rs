@@ -31,7 +31,13 @@ impl OffsetWindow {
     pub fn contains(&self, offset: u64) -> bool {
         offset < self.next || self.above.contains(&offset)
     }
-    /// Processed offsets above the watermark (the out-of-order window).
+    /// How many processed offsets are kept above the watermark (the out-of-order window;
+    /// bounded by [`crate::Config::max_offset_gaps`]).
+    pub fn out_of_order_len(&self) -> usize {
+        self.above.len()
+    }
+    /// The old name of [`OffsetWindow::out_of_order_len`] (it counts processed offsets, not gaps).
+    #[deprecated(since = "0.1.0", note = "use `out_of_order_len`")]
     pub fn pending_gaps_len(&self) -> usize {
         self.above.len()
     }
@@ -178,6 +184,6 @@ mod tests {
         assert!(w.contains(3) && !w.contains(2) && !w.contains(4));
         w.join(&OffsetWindow::processed(2));
         w.join(&OffsetWindow::processed(4));
-        assert_eq!((w.watermark(), w.pending_gaps_len()), (Some(5), 0));
+        assert_eq!((w.watermark(), w.out_of_order_len()), (Some(5), 0));
     }
 }

@@ -127,7 +127,16 @@ impl Lease {
     pub fn fence(&self) -> u64 {
         self.fence
     }
-    /// When the lease ends (milliseconds since the epoch, by the store's clock).
+    /// When the lease ends (milliseconds since the epoch, by the store's clock); the record itself
+    /// lives until its own [`RecordInfo::expires_at`].
+    pub fn lease_until(&self) -> Millis {
+        self.until
+    }
+    /// The old name of [`Lease::lease_until`] (it read like the record's expiry).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `lease_until`: this is when the lease ends"
+    )]
     pub fn expires_at(&self) -> Millis {
         self.until
     }

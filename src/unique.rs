@@ -125,7 +125,7 @@ impl Store {
 
     /// Frees `value` in `index` if the plain owner `owner` holds it. A reservation bound to a
     /// lease is freed by the lease ending, never by this call ([`Released::NotOwner`]).
-    pub fn release(
+    pub fn release_reservation(
         &self,
         index: impl AsRef<[u8]>,
         value: &[&[u8]],
@@ -146,6 +146,17 @@ impl Store {
                 Ok(Released::Released)
             }
         }
+    }
+
+    /// The old name of [`Store::release_reservation`] (beside lease releases it was ambiguous).
+    #[deprecated(since = "0.1.0", note = "use `release_reservation`")]
+    pub fn release(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Result<Released> {
+        self.release_reservation(index, value, owner)
     }
 
     /// The current owner of `value` in `index`, if it is reserved (and its lease, if bound, is

@@ -36,7 +36,7 @@ proptest! {
         }
         let expected_mark = (0..).take_while(|o| model.contains(o)).last();
         prop_assert_eq!(w.watermark(), expected_mark);
-        prop_assert_eq!(w.pending_gaps_len(), model.iter().filter(|&&o| expected_mark.is_none_or(|m| o > m)).count());
+        prop_assert_eq!(w.out_of_order_len(), model.iter().filter(|&&o| expected_mark.is_none_or(|m| o > m)).count());
         // Other partitions are untouched.
         prop_assert!(!store.is_processed("g", "orders", 4, 0).unwrap());
     }
@@ -51,5 +51,5 @@ fn closed_window_stores_nothing_but_the_watermark() {
         store.mark_processed("g", "t", 0, o).unwrap();
     }
     let w = store.offset_window("g", "t", 0).unwrap();
-    assert_eq!((w.watermark(), w.pending_gaps_len()), (Some(9_999), 0));
+    assert_eq!((w.watermark(), w.out_of_order_len()), (Some(9_999), 0));
 }

@@ -42,7 +42,7 @@ mod reservation_bound_to_a_lease_is_owned_by_its_whole_identity {
         );
         assert_eq!(store.reserve("email", value, "k1").unwrap(), taken);
         assert_eq!(
-            store.release("email", value, "k1").unwrap(),
+            store.release_reservation("email", value, "k1").unwrap(),
             Released::NotOwner { owner: Vec::new() }
         );
         assert_eq!(
@@ -265,7 +265,7 @@ mod offset_window_is_bounded_at_write_time {
             InvalidInput::LimitReached { limit: 200, .. }
         ));
         let w = store.offset_window("g", "t", 0).unwrap();
-        assert_eq!(w.pending_gaps_len(), GAPS as usize);
+        assert_eq!(w.out_of_order_len(), GAPS as usize);
         assert!(!w.contains(GAPS + 1));
         // A mark already in the window, and the missing offset, are still accepted.
         store.mark_processed("g", "t", 0, 5).unwrap();

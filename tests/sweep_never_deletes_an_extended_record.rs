@@ -28,7 +28,7 @@ fn renewal_past_retention_moves_the_expiry() {
         .unwrap();
     let info = store.get("t", "k").unwrap().unwrap();
     assert!(info.expires_at > first_expiry);
-    assert_eq!(lease.expires_at(), info.expires_at);
+    assert_eq!(lease.lease_until(), info.expires_at);
 
     clock.advance(Duration::from_secs(120)); // past the original retention
     assert_eq!(store.sweep(usize::MAX).unwrap(), 0);

@@ -40,7 +40,7 @@ fn exactly_one_of_32_reserves() {
         assert_eq!(owner.as_deref(), Some(wins[0].as_bytes()));
         assert_eq!(
             store
-                .release("email", &[value.as_bytes()], "someone-else")
+                .release_reservation("email", &[value.as_bytes()], "someone-else")
                 .unwrap(),
             Released::NotOwner {
                 owner: wins[0].clone().into_bytes()
@@ -48,7 +48,7 @@ fn exactly_one_of_32_reserves() {
         );
         assert_eq!(
             store
-                .release("email", &[value.as_bytes()], &wins[0])
+                .release_reservation("email", &[value.as_bytes()], &wins[0])
                 .unwrap(),
             Released::Released
         );
@@ -84,7 +84,7 @@ fn bound_reservation_lives_exactly_as_long_as_the_pending_lease() {
     store.complete(&l, Response::new("ok")).unwrap().unwrap();
     assert!(!taken(&store));
     assert_eq!(
-        store.release("pending", v, "intruder").unwrap(),
+        store.release_reservation("pending", v, "intruder").unwrap(),
         Released::Released
     );
 
@@ -99,7 +99,7 @@ fn bound_reservation_lives_exactly_as_long_as_the_pending_lease() {
         assert!(taken(&store));
         store.fail(&l, kind).unwrap().unwrap();
         assert!(!taken(&store));
-        store.release("pending", v, "intruder").unwrap();
+        store.release_reservation("pending", v, "intruder").unwrap();
     }
 
     // Lease expiry: held until the lease ends, freed after.
