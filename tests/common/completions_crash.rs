@@ -95,8 +95,10 @@ pub fn run(durability: Durability, child_test: &str) {
         let new_acks = reader.join().unwrap();
         acked.extend(&new_acks);
 
-        // Reopen with a clock past every lease (30 s) but within retention (24 h).
-        let clock = ManualClock::new(SystemClock.now_millis() + 120_000);
+        // Reopen with a clock past every lease (30 s) but within retention (24 h). The store's
+        // time never goes back, across restarts too: the next child resumes at this reopen's
+        // time, so each reopen is another 120 s ahead (100 iterations: 3.3 h).
+        let clock = ManualClock::new(SystemClock.now_millis() + 120_000 * (iter + 1));
         let store = Config::new(dir.path())
             .clock(clock)
             .durability(durability)
