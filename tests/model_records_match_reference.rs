@@ -8,7 +8,9 @@
 //! commits) run in the same sequences against the same model.
 //!
 //! The model and the runner live in `tests/model/mod.rs`, shared with the `model` fuzz target
-//! (`fuzz/fuzz_targets/model.rs`), which decodes its sequences from fuzzer bytes instead.
+//! (`fuzz/fuzz_targets/model.rs`), which decodes its sequences from fuzzer bytes instead and runs
+//! its stores in memory. This test stays on disk: its reopens, flushes and compactions then go
+//! through real files, as every real store's do.
 mod model;
 
 use std::collections::BTreeMap;
@@ -35,9 +37,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0..2usize, 0..3usize, 0..4u8, any::<u8>()).prop_map(|(lease, t, k, expect, val)| Op::CommitPutComplete { lease, t, k, expect, val }),
         4 => (0..2usize, 0..2usize).prop_map(|(g, k)| Op::Begin { g, k }),
         3 => any::<usize>().prop_map(|lease| Op::FailMessage { lease }),
-        2 => (0..2u8, 0..2u8).prop_map(|(v, o)| Op::Reserve { v, o }),
-        2 => (any::<usize>(), 0..2u8).prop_map(|(lease, v)| Op::ReserveFor { lease, v }),
-        1 => (0..2u8, 0..2u8).prop_map(|(v, o)| Op::Release { v, o }),
+        3 => (0..2u8, 0..8u8).prop_map(|(v, o)| Op::Reserve { v, o }),
+        3 => (any::<usize>(), 0..2u8).prop_map(|(lease, v)| Op::ReserveFor { lease, v }),
+        2 => (0..2u8, 0..8u8).prop_map(|(v, o)| Op::Release { v, o }),
         1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
         2 => (0..2u32, 0..12u64).prop_map(|(p, offset)| Op::MarkProcessed { p, offset }),
@@ -70,7 +72,7 @@ fn store_matches_model() {
     });
     let seqs = proptest::collection::vec(op(), 1..150);
     if let Err(e) = runner.run(&seqs, |ops| {
-        model::run(ops, &mut count);
+        model::run(ops, model::Backend::Disk, &mut count);
         Ok(())
     }) {
         panic!("the store diverged from the model: {e}");
@@ -109,12 +111,15 @@ fn store_matches_model() {
         "fail message: poisoned",
         "reserve: reserved",
         "reserve: taken",
+        "reserve: taken by a lease of that key string",
         "reserve for lease: reserved",
         "reserve for lease: taken",
+        "reserve for lease: taken by another lease of that key string",
         "mark processed",
         "commit watermark",
         "release: released",
         "release: not owner",
+        "release: not owner, a lease of that key string",
         "release: absent",
         "commit: ok",
         "commit: condition",

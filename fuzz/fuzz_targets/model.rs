@@ -2,7 +2,9 @@
 //! operation, the next ones its parameters) run against a fresh store and the reference model of
 //! `tests/model/mod.rs`, the same runner as the proptest test `model_records_match_reference`:
 //! every outcome and, after every step, the observable state of every key must equal the model's,
-//! and the claim/CAS invariants (`model::Watch`) must hold.
+//! and the claim/CAS invariants (`model::Watch`) must hold. The store lives in RocksDB's in-memory
+//! environment (one per input, shared with its reopens), so an input costs no file system work;
+//! the proptest test runs the same runner on disk.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -17,6 +19,6 @@ const MAX_OPS: usize = 128;
 fuzz_target!(|data: &[u8]| {
     let ops = model::Op::decode_all(data, MAX_OPS);
     if !ops.is_empty() {
-        model::run(ops, &mut |_, _| {});
+        model::run(ops, model::Backend::InMemory, &mut |_, _| {});
     }
 });

@@ -4,16 +4,19 @@
 //! this file by path). Keep it small and obviously right.
 //!
 //! The key space is deliberately tiny (2 tenants × 3 keys × 2 fingerprints, 2 entities per
-//! tenant-key pair, 2 consumer groups × 2 message ids, 2 reservation values, 2 offset partitions of
-//! offsets 0-11) so that conflicts, takeovers, mismatches and expiries happen all the time. Every outcome is compared with the
-//! model, and after every step the observable state of every key must equal the model's, whether
-//! or not compaction, sweeps or reopen ran in between. Independently of the model, [`Watch`]
-//! asserts the claim/CAS invariants over what the store reports.
+//! tenant-key pair, 2 consumer groups × 2 message ids, 2 reservation values held by 4 plain owners,
+//! three of them equal to lease keys, or bound to leases of every tenant and namespace, 2 offset
+//! partitions of offsets 0-11) so that conflicts, takeovers, mismatches and expiries happen all the
+//! time, and leases of different tenants or namespaces share a key string. Every outcome is
+//! compared with the model, and after every step the observable state of every key must equal the
+//! model's, whether or not compaction, sweeps or reopen ran in between. Independently of the model,
+//! [`Watch`] asserts the claim/CAS invariants over what the store reports.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use idemdb::__internal::InMemory;
 use idemdb::{
     Checkpoint, Claim, ClaimOptions, CommitConflict, Config, Conflict, ConsumerOptions, Durability,
     Expect, FailKind, Lease, LeaseLost, ManualClock, MessageFailed, RecordInfo, RecordState,
@@ -86,7 +89,8 @@ pub enum Op {
     },
     Compact,
     Reopen,
-    /// Unique constraint ops on value `v` of one index, by owner `o`.
+    /// Unique constraint ops on value `v` of one index, by plain owner `OWNERS[o]` or, for `o`
+    /// past them, the current holder (`Model::owner_for`).
     Reserve {
         v: u8,
         o: u8,
@@ -230,7 +234,7 @@ impl Op {
                 },
                 31..=32 => Op::Reserve {
                     v: p() % 2,
-                    o: p() % 2,
+                    o: p() % 8,
                 },
                 33..=34 => Op::ReserveFor {
                     lease: usize::from(p()),
@@ -238,7 +242,7 @@ impl Op {
                 },
                 35 => Op::Release {
                     v: p() % 2,
-                    o: p() % 2,
+                    o: p() % 8,
                 },
                 36 => Op::Compact,
                 37 => Op::Reopen,
@@ -277,13 +281,41 @@ struct MRec {
     state: MState,
 }
 
-/// The reference model: obviously right, and nothing more.
-/// A reservation's owner and, when bound to a lease, the lease's (model id, fence).
-type ReservationState = (Vec<u8>, Option<((usize, usize), u64)>);
+/// Who holds a reservation: a plain owner string, or the record of a lease (its model id, which
+/// tells namespace, tenant and key apart) with the lease's fencing token. A bound reservation is
+/// never held by an owner string, not even the lease's key, and reports an empty owner.
+#[derive(Debug, Clone, PartialEq)]
+enum Holder {
+    Plain(Vec<u8>),
+    Bound((usize, usize), u64),
+}
+
+impl Holder {
+    /// The owner the store reports: the plain owner, or empty for a bound reservation (plain
+    /// owners cannot be empty).
+    fn owner(&self) -> Vec<u8> {
+        match self {
+            Holder::Plain(o) => o.clone(),
+            Holder::Bound(..) => Vec::new(),
+        }
+    }
+
+    /// Bound to a lease of another record whose key string is `KEYS[k]` (another tenant's, or
+    /// the consumer namespace's): the cases a bare key string would confuse.
+    fn other_lease_of_key(&self, id: (usize, usize)) -> bool {
+        matches!(self, Holder::Bound(b, _) if *b != id && b.1 == id.1)
+    }
+}
+
+/// The plain owners of reservations: one that no lease can be confused with, and one equal to each
+/// lease key (`KEYS`), which must never match a reservation bound to a lease of that key. An owner
+/// index past these names the current holder (see [`Model::owner_for`]).
+pub const OWNERS: [&str; 4] = ["owner-0", "k0", "k1", "k2"];
 
 /// An entity's version and its value (`None`: a tombstone).
 type EntityState = (u64, Option<Vec<u8>>);
 
+/// The reference model: obviously right, and nothing more.
 struct Model {
     now: u64,
     /// The next fencing token.
@@ -293,8 +325,8 @@ struct Model {
     /// reserved block.
     fence_reserved: u64,
     recs: BTreeMap<(usize, usize), MRec>,
-    /// Reservations by value: owner and, when bound, the lease's (model id, fence).
-    res: BTreeMap<u8, ReservationState>,
+    /// Reservations by value: a plain owner, or the lease's (model id, fence) when bound.
+    res: BTreeMap<u8, Holder>,
     /// Versioned entities: (version, value or tombstone).
     ents: BTreeMap<(usize, usize), EntityState>,
     /// Processed offsets of partitions 0 and 1 (group "g", topic "t"): a plain set, the obvious
@@ -424,31 +456,64 @@ impl Model {
         }
     }
 
-    /// The owner of a live reservation of value `v`.
-    fn reservation(&self, v: u8) -> Option<Vec<u8>> {
-        let (owner, bound) = self.res.get(&v)?;
-        let live = match bound {
-            None => true,
-            Some((id, fence)) => self.live(*id).is_some_and(|r| {
-                r.fence == *fence
-                    && matches!(r.state, MState::Pending { lease_until } if lease_until > self.now)
-            }),
-        };
-        live.then(|| owner.clone())
+    /// Whether the lease of record `id` with token `fence` still holds it (pending, unexpired).
+    fn pending(&self, id: (usize, usize), fence: u64) -> bool {
+        self.live(id).is_some_and(|r| {
+            r.fence == fence
+                && matches!(r.state, MState::Pending { lease_until } if lease_until > self.now)
+        })
     }
 
-    fn reserve(
-        &mut self,
-        v: u8,
-        owner: Vec<u8>,
-        bound: Option<((usize, usize), u64)>,
-    ) -> Reservation {
-        match self.reservation(v) {
-            Some(cur) if cur != owner => Reservation::Taken { owner: cur },
+    /// The holder of a live reservation of value `v`: a bound one lives while its lease's record
+    /// is pending with the same fencing token and an unexpired lease.
+    fn holder_of(&self, v: u8) -> Option<&Holder> {
+        let h = self.res.get(&v)?;
+        let live = match h {
+            Holder::Plain(_) => true,
+            Holder::Bound(id, fence) => self.pending(*id, *fence),
+        };
+        live.then_some(h)
+    }
+
+    /// The plain owner of a `Reserve` or `Release` of value `v`: `OWNERS[o]`, or for `o` past
+    /// them the current holder as a caller would spell it: its owner if plain (so that plain
+    /// reservations get released), the key string of its lease if bound (the owner a bare key
+    /// would confuse with the lease), `OWNERS[0]` if free.
+    fn owner_for(&self, v: u8, o: u8) -> Vec<u8> {
+        match (OWNERS.get(usize::from(o)), self.holder_of(v)) {
+            (Some(name), _) => name.as_bytes().to_vec(),
+            (None, Some(Holder::Plain(p))) => p.clone(),
+            (None, Some(Holder::Bound(id, _))) => KEYS[id.1].as_bytes().to_vec(),
+            (None, None) => OWNERS[0].as_bytes().to_vec(),
+        }
+    }
+
+    /// The owner `reservation_owner` reports for value `v`.
+    fn reservation(&self, v: u8) -> Option<Vec<u8>> {
+        self.holder_of(v).map(Holder::owner)
+    }
+
+    /// Reserves `v` for `holder` unless another live holder has it. A lease's holder check is the
+    /// caller's: a live reservation bound to the same record has that lease's token.
+    fn reserve(&mut self, v: u8, holder: Holder) -> Reservation {
+        match self.holder_of(v) {
+            Some(cur) if *cur != holder => Reservation::Taken { owner: cur.owner() },
             _ => {
-                self.res.insert(v, (owner, bound));
+                self.res.insert(v, holder);
                 Reservation::Reserved
             }
+        }
+    }
+
+    /// Frees `v` if the plain `owner` holds it; a bound reservation is never freed this way.
+    fn release(&mut self, v: u8, owner: &[u8]) -> Released {
+        match self.holder_of(v) {
+            None => Released::Absent,
+            Some(Holder::Plain(o)) if o == owner => {
+                self.res.remove(&v);
+                Released::Released
+            }
+            Some(cur) => Released::NotOwner { owner: cur.owner() },
         }
     }
 
@@ -502,7 +567,7 @@ impl From<&Claim> for Outcome {
         match c {
             Claim::Acquired(l) => Outcome::Acquired {
                 fence: l.fence(),
-                until: l.expires_at(),
+                until: l.lease_until(),
                 attempt: l.attempt(),
                 takeover: l.is_takeover(),
                 checkpoint: l.checkpoint().cloned(),
@@ -624,20 +689,34 @@ impl Watch {
     }
 }
 
+/// Where the runner's store keeps its database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Files in a temporary directory, as every real store (the proptest test).
+    Disk,
+    /// RocksDB's in-memory environment, one per run, shared by the store and its reopens (the
+    /// fuzz target: an input then costs no file system work).
+    InMemory,
+}
+
 /// A buffered store on the manual clock with small memtables and cache (so flushes happen and
 /// opening is cheap: the fuzz target opens one per input) and few lock stripes (so unrelated keys
-/// share stripes).
-fn open(dir: &std::path::Path, clock: &ManualClock) -> Store {
-    Config::new(dir)
+/// share stripes); in `mem` when given.
+fn open(dir: &std::path::Path, clock: &ManualClock, mem: Option<&InMemory>) -> Store {
+    let cfg = Config::new(dir)
         .clock(clock.clone())
         .durability(Durability::Buffered)
         .sweep_interval(None)
         .max_lease(Duration::from_secs(MAX_LEASE_S))
         .write_buffer_bytes(1 << 20)
         .cache_bytes(1 << 20)
-        .lock_stripes(16)
-        .open()
-        .unwrap()
+        .lock_stripes(16);
+    match mem {
+        Some(mem) => cfg.in_memory(mem),
+        None => cfg,
+    }
+    .open()
+    .unwrap()
 }
 
 fn resp(body: u8) -> Response {
@@ -655,13 +734,15 @@ fn lost_name(r: &Result<(), LeaseLost>) -> &'static str {
     }
 }
 
-/// Runs `ops` against a fresh store (in a new temporary directory) and the model, comparing every
-/// outcome and, after every step, the observable state of every key; panics on the first
-/// divergence or broken invariant. `count(operation, outcome)` is called once per step.
-pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
+/// Runs `ops` against a fresh store (in a new temporary directory, on disk or, for
+/// [`Backend::InMemory`], naming the database in a new in-memory environment) and the model,
+/// comparing every outcome and, after every step, the observable state of every key; panics on
+/// the first divergence or broken invariant. `count(operation, outcome)` is called once per step.
+pub fn run(ops: Vec<Op>, backend: Backend, count: &mut dyn FnMut(&'static str, &'static str)) {
     let dir = tempfile::tempdir().unwrap();
+    let mem = (backend == Backend::InMemory).then(|| InMemory::new().unwrap());
     let clock = ManualClock::default();
-    let mut store = open(dir.path(), &clock);
+    let mut store = open(dir.path(), &clock, mem.as_ref());
     let mut model = Model {
         now: 0,
         next_fence: 1,
@@ -762,7 +843,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                 });
                 assert_eq!(got, want, "{ctx}");
                 if got.is_ok() {
-                    assert_eq!(leases[i].0.expires_at(), until);
+                    assert_eq!(leases[i].0.lease_until(), until);
                 }
                 count("renew", lost_name(&got));
             }
@@ -806,7 +887,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
             }
             Op::Reopen => {
                 drop(store);
-                store = open(dir.path(), &clock);
+                store = open(dir.path(), &clock, mem.as_ref());
                 model.next_fence = model.fence_reserved + 1;
                 count("reopen", "");
             }
@@ -919,22 +1000,22 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                     Outcome::InProgress(d) => format!("in flight {d:?}"),
                     Outcome::Mismatch => "mismatch".into(),
                 };
-                let got = match store.begin(GROUPS[g], KEYS[k], &consumer_opts()).unwrap() {
+                let got = match store.begin(GROUPS[g], KEYS[k], consumer_opts()).unwrap() {
                     idemdb::Begin::Process(l) => {
                         watch.acquired(l.fence(), &ctx);
                         let s = format!(
                             "process {} {} {} {}",
                             l.fence(),
-                            l.expires_at(),
+                            l.lease_until(),
                             l.attempt(),
                             l.is_takeover()
                         );
                         leases.push((l, id));
                         s
                     }
-                    idemdb::Begin::Duplicate(r) => format!("duplicate {r:?}"),
+                    idemdb::Begin::Completed(r) | idemdb::Begin::Failed(r) => format!("duplicate {r:?}"),
                     idemdb::Begin::Poisoned { attempts } => format!("poisoned {attempts}"),
-                    idemdb::Begin::InFlight { retry_after } => format!("in flight {retry_after:?}"),
+                    idemdb::Begin::InProgress { retry_after } => format!("in flight {retry_after:?}"),
                 };
                 assert_eq!(got, want, "{ctx}");
                 count(
@@ -965,7 +1046,7 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                         MessageFailed::WillRetry { attempts }
                     }
                 });
-                let got = store.fail_message(l, &consumer_opts()).unwrap();
+                let got = store.fail_message(l, consumer_opts()).unwrap();
                 assert_eq!(got, want, "{ctx}");
                 count(
                     "fail message",
@@ -977,25 +1058,51 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                 );
             }
             Op::Reserve { v, o } => {
-                let owner = format!("owner-{o}").into_bytes();
-                let want = model.reserve(v, owner.clone(), None);
-                let got = store.reserve("idx", &[&[v]], &owner).unwrap();
+                let owner = &model.owner_for(v, o)[..];
+                // Held by a lease whose key is this owner string (the store must not confuse them).
+                let by_lease_of_key = matches!(
+                    model.holder_of(v),
+                    Some(Holder::Bound(id, _)) if KEYS[id.1].as_bytes() == owner
+                );
+                let want = model.reserve(v, Holder::Plain(owner.to_vec()));
+                let got = store.reserve("idx", &[&[v]], owner).unwrap();
                 assert_eq!(got, want, "{ctx}");
                 count(
                     "reserve",
-                    if got == Reservation::Reserved {
-                        "reserved"
-                    } else {
-                        "taken"
+                    match got {
+                        Reservation::Reserved => "reserved",
+                        _ if by_lease_of_key => "taken by a lease of that key string",
+                        _ => "taken",
                     },
                 );
             }
             Op::ReserveFor { .. } if leases.is_empty() => {}
             Op::ReserveFor { lease, v } => {
-                let (l, id) = &leases[lease % leases.len()];
+                // A quarter of the time any lease (often one that ended); otherwise the newest
+                // still pending lease of another record with the key string of the lease holding
+                // `v` (the one a bare key would confuse) if there is one, or else one of the four
+                // newest leases, usually still pending, so that bound reservations meet each other
+                // and plain owners while they are live.
+                let confusable = match model.holder_of(v) {
+                    Some(Holder::Bound(h, _)) => leases.iter().rposition(|(l, id)| {
+                        *id != *h && id.1 == h.1 && model.pending(*id, l.fence())
+                    }),
+                    _ => None,
+                };
+                let i = match confusable {
+                    _ if lease % 4 == 3 => lease % leases.len(),
+                    Some(i) => i,
+                    None => leases.len() - 1 - (lease / 4) % leases.len().min(4),
+                };
+                let (l, id) = &leases[i];
+                // Held by a lease of another record with the same key string (another tenant's,
+                // or the consumer namespace's): the lease's bare key must not make it the owner.
+                let by_other_of_key = model
+                    .holder_of(v)
+                    .is_some_and(|h| h.other_lease_of_key(*id));
                 let want = match model.holder(*id, l.fence()) {
                     Err(lost) => Err(lost),
-                    Ok(_) => Ok(model.reserve(v, l.key().to_vec(), Some((*id, l.fence())))),
+                    Ok(_) => Ok(model.reserve(v, Holder::Bound(*id, l.fence()))),
                 };
                 let got = store.reserve_for(l, "idx", &[&[v]]).unwrap();
                 assert_eq!(got, want, "{ctx}");
@@ -1003,28 +1110,27 @@ pub fn run(ops: Vec<Op>, count: &mut dyn FnMut(&'static str, &'static str)) {
                     "reserve for lease",
                     match &got {
                         Ok(Reservation::Reserved) => "reserved",
+                        Ok(_) if by_other_of_key => "taken by another lease of that key string",
                         Ok(_) => "taken",
                         Err(_) => "lost",
                     },
                 );
             }
             Op::Release { v, o } => {
-                let owner = format!("owner-{o}").into_bytes();
-                let want = match model.reservation(v) {
-                    None => Released::Absent,
-                    Some(cur) if cur != owner => Released::NotOwner { owner: cur },
-                    Some(_) => {
-                        model.res.remove(&v);
-                        Released::Released
-                    }
-                };
-                let got = store.release("idx", &[&[v]], &owner).unwrap();
+                let owner = &model.owner_for(v, o)[..];
+                let by_lease_of_key = matches!(
+                    model.holder_of(v),
+                    Some(Holder::Bound(id, _)) if KEYS[id.1].as_bytes() == owner
+                );
+                let want = model.release(v, owner);
+                let got = store.release_reservation("idx", &[&[v]], owner).unwrap();
                 assert_eq!(got, want, "{ctx}");
                 count(
                     "release",
                     match got {
                         Released::Released => "released",
                         Released::Absent => "absent",
+                        _ if by_lease_of_key => "not owner, a lease of that key string",
                         _ => "not owner",
                     },
                 );
