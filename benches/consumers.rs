@@ -32,7 +32,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("begin/duplicate", |b| {
         b.iter(|| {
             let id = (n.fetch_add(7, Ordering::Relaxed) % done).to_string();
-            matches!(store.begin("g", &id, &opts).unwrap(), Begin::Duplicate(_))
+            matches!(store.begin("g", &id, &opts).unwrap(), Begin::Completed(_))
         })
     });
     let off = AtomicU64::new(0);

@@ -185,7 +185,7 @@ fn records(c: &mut Criterion) {
                     let i = n.fetch_add(1, Ordering::Relaxed) % keys;
                     let key = format!("rp{resp}-{i}");
                     match store.execute("bench", &key, FP, |_| Ok(r.clone())).unwrap() {
-                        Execution::Replayed(replay) => {
+                        Execution::Completed(replay) => {
                             assert_eq!(replay.response.body.len(), resp);
                             replay
                         }

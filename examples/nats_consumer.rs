@@ -232,12 +232,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     ack(&mut nats)?;
                 }
-                Begin::Duplicate(_) => {
+                Begin::Completed(_) | Begin::Failed(_) => {
                     duplicates += 1;
                     ack(&mut nats)?;
                 }
-                Begin::InFlight { .. } => {} // no ack: redelivered later
                 Begin::Poisoned { .. } => ack(&mut nats)?, // would go to a dead-letter queue
+                // In progress elsewhere, or an outcome this example does not know: no ack, so
+                // JetStream redelivers it later.
+                _ => {}
             }
             if got == 50 {
                 break;

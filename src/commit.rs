@@ -59,6 +59,7 @@ pub struct Committed {
 
 /// Why a commit wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 #[non_exhaustive]
 pub enum CommitConflict {
     /// The condition of operation `op` (0-based, in the order added) did not hold.

@@ -58,16 +58,22 @@ impl Default for ConsumerOptions {
     }
 }
 
-/// What [`Store::begin`] found for a delivered message.
+/// What [`Store::begin`] found for a delivered message. The names are the claim's
+/// ([`crate::Claim`]): one name per outcome across the crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Begin {
     /// Process it, then [`Store::complete`] (or commit) or [`Store::fail_message`].
     Process(Lease),
-    /// Already processed: acknowledge it to the broker (and reply with the stored outcome).
-    Duplicate(Replay),
+    /// Already processed (a duplicate delivery): acknowledge it to the broker, and reply with the
+    /// stored outcome if there is one to give.
+    Completed(Replay),
+    /// Already ended with a stored terminal failure that is not poison (one stored with
+    /// [`Store::fail`] or a commit): acknowledge it, as a duplicate.
+    Failed(Replay),
     /// Another worker holds a live lease on it.
-    InFlight {
+    InProgress {
         /// Time until that lease ends.
         retry_after: Duration,
     },
@@ -80,6 +86,8 @@ pub enum Begin {
 
 /// What [`Store::fail_message`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
 pub enum MessageFailed {
     /// Released for another attempt.
     WillRetry {
@@ -136,13 +144,13 @@ impl Store {
                     }
                 }
                 Claim::Acquired(lease) => Begin::Process(lease),
-                Claim::Completed(r) => Begin::Duplicate(r),
+                Claim::Completed(r) => Begin::Completed(r),
                 Claim::Failed(r) => match poisoned_attempts(&r) {
                     Some(attempts) => Begin::Poisoned { attempts },
-                    None => Begin::Duplicate(r),
+                    None => Begin::Failed(r),
                 },
-                Claim::InProgress { retry_after } => Begin::InFlight { retry_after },
-                Claim::Mismatch => Begin::InFlight {
+                Claim::InProgress { retry_after } => Begin::InProgress { retry_after },
+                Claim::Mismatch => Begin::InProgress {
                     retry_after: Duration::ZERO,
                 },
             },

@@ -166,6 +166,7 @@ pub struct Replay {
 /// What a claim found. Only [`Claim::Acquired`] lets the caller run the operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Claim {
     /// The caller must execute the operation, then complete or fail the lease.
     Acquired(Lease),
@@ -193,6 +194,7 @@ pub enum FailKind {
 
 /// Why a lease holder's call changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 #[non_exhaustive]
 pub enum LeaseLost {
     /// The lease expired and another caller took the key over.

@@ -25,15 +25,16 @@ pub const MAX_FINGERPRINT_LEN: usize = 1024;
 
 /// What [`Store::execute`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 #[non_exhaustive]
 pub enum Execution {
     /// This call ran the operation; its result is stored (or, for a retryable failure, the key was
     /// released).
     Ran(std::result::Result<Response, FailKind>),
-    /// A stored completion, replayed.
-    Replayed(Replay),
-    /// A stored terminal failure, replayed.
-    ReplayedFailure(Replay),
+    /// A stored completion, replayed (as [`Claim::Completed`]).
+    Completed(Replay),
+    /// A stored terminal failure, replayed (as [`Claim::Failed`]).
+    Failed(Replay),
     /// Another caller is running it; try again after this long.
     InProgress {
         /// Time until that caller's lease ends.
@@ -282,8 +283,8 @@ impl Store {
         let lease = loop {
             match self.claim(tenant, key, fingerprint, ClaimOptions::default())? {
                 Claim::Acquired(l) => break l,
-                Claim::Completed(r) => return Ok(Execution::Replayed(r)),
-                Claim::Failed(r) => return Ok(Execution::ReplayedFailure(r)),
+                Claim::Completed(r) => return Ok(Execution::Completed(r)),
+                Claim::Failed(r) => return Ok(Execution::Failed(r)),
                 Claim::Mismatch => return Ok(Execution::Mismatch),
                 Claim::InProgress { retry_after } => {
                     if budget.is_zero() {

@@ -16,6 +16,8 @@ use crate::store::Store;
 
 /// The outcome of a reservation attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
 pub enum Reservation {
     /// The value is now (or already was) reserved by this owner.
     Reserved,
@@ -29,6 +31,8 @@ pub enum Reservation {
 
 /// The outcome of a release.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
 pub enum Released {
     /// The reservation was removed.
     Released,

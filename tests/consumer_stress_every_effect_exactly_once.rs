@@ -60,16 +60,16 @@ fn redeliveries_never_apply_twice() {
                             .unwrap()
                             .unwrap();
                     }
-                    Begin::Duplicate(r) => {
+                    Begin::Completed(r) => {
                         assert_eq!(r.response.body, b"applied");
                         duplicates.fetch_add(1, Ordering::SeqCst);
                     }
-                    Begin::InFlight { .. } => {
+                    Begin::InProgress { .. } => {
                         // The broker redelivers it later, as it would after a nack.
                         in_flight_seen.fetch_add(1, Ordering::SeqCst);
                         queue.lock().unwrap().push_back(m);
                     }
-                    Begin::Poisoned { .. } => panic!("nothing fails here"),
+                    other => panic!("nothing fails here, got {other:?}"),
                 }
             });
         }
@@ -90,7 +90,7 @@ fn redeliveries_never_apply_twice() {
     for m in (0..MESSAGES).step_by(97) {
         assert!(matches!(
             store.begin("billing", m.to_string(), &opts).unwrap(),
-            Begin::Duplicate(_)
+            Begin::Completed(_)
         ));
     }
     // Another group processes the same messages independently; request tenants are separate too.

@@ -52,11 +52,11 @@ fn consumer_child() {
                     out.expect("single consumer: no conflicts");
                     break;
                 }
-                Begin::Duplicate(_) => break,
-                Begin::InFlight { retry_after } => {
+                Begin::Completed(_) => break,
+                Begin::InProgress { retry_after } => {
                     std::thread::sleep(retry_after.min(Duration::from_millis(50)))
                 }
-                Begin::Poisoned { .. } => panic!("never failed"),
+                other => panic!("never failed, got {other:?}"),
             }
         }
     }
@@ -113,7 +113,7 @@ fn ledger_is_exact_after_many_sigkills() {
         );
         assert!(matches!(
             store.begin("ledger", m.to_string(), &opts()).unwrap(),
-            Begin::Duplicate(_)
+            Begin::Completed(_)
         ));
     }
     println!("consumer crash test: {iterations} SIGKILLs, ledger exact over {MESSAGES} messages");

@@ -42,7 +42,7 @@ fn duplicate_waits_then_replays() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(matches!(results.0, Execution::Ran(Ok(_))));
     match results.1 {
-        Execution::Replayed(r) => assert_eq!(r.response.body, b"slow result"),
+        Execution::Completed(r) => assert_eq!(r.response.body, b"slow result"),
         other => panic!("{other:?}"),
     }
 }

@@ -28,7 +28,7 @@ fn second_request_replays_the_first_response() {
     let Execution::Ran(Ok(original)) = first else {
         panic!("first call did not run: {first:?}")
     };
-    let Execution::Replayed(replay) = second else {
+    let Execution::Completed(replay) = second else {
         panic!("second call did not replay: {second:?}")
     };
     assert_eq!(replay.response, original);

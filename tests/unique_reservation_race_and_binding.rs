@@ -99,12 +99,12 @@ fn bound_reservation_lives_exactly_as_long_as_the_pending_lease() {
         assert!(taken(&store));
         store.fail(&l, kind).unwrap().unwrap();
         assert!(!taken(&store));
-        store.release_reservation("pending", v, "intruder").unwrap();
+        let _ = store.release_reservation("pending", v, "intruder").unwrap();
     }
 
     // Lease expiry: held until the lease ends, freed after.
     let l = common::acquire(&store, "t", "op-3", b"");
-    store.reserve_for(&l, "pending", v).unwrap().unwrap();
+    let _ = store.reserve_for(&l, "pending", v).unwrap().unwrap();
     clock.advance(Duration::from_secs(9));
     assert!(taken(&store), "still pending");
     clock.advance(Duration::from_secs(2));

@@ -131,6 +131,10 @@ fn handle(
             Ok(Reply::Unprocessable)
         }
         Claim::Failed(r) => Ok(Reply::Ok(r.response.body)),
+        // Claim is non-exhaustive: an outcome this demo does not know is an error, not a guess.
+        other => Err(idemdb::Error::Engine(format!(
+            "unexpected claim outcome {other:?}"
+        ))),
     }
 }
 
