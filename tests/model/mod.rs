@@ -576,6 +576,7 @@ impl From<&Claim> for Outcome {
             Claim::Failed(r) => Outcome::Failed(r.clone()),
             Claim::InProgress { retry_after } => Outcome::InProgress(*retry_after),
             Claim::Mismatch => Outcome::Mismatch,
+            other => panic!("an outcome the model does not know: {other:?}"),
         }
     }
 }
@@ -1013,9 +1014,14 @@ pub fn run(ops: Vec<Op>, backend: Backend, count: &mut dyn FnMut(&'static str, &
                         leases.push((l, id));
                         s
                     }
-                    idemdb::Begin::Completed(r) | idemdb::Begin::Failed(r) => format!("duplicate {r:?}"),
+                    idemdb::Begin::Completed(r) | idemdb::Begin::Failed(r) => {
+                        format!("duplicate {r:?}")
+                    }
                     idemdb::Begin::Poisoned { attempts } => format!("poisoned {attempts}"),
-                    idemdb::Begin::InProgress { retry_after } => format!("in flight {retry_after:?}"),
+                    idemdb::Begin::InProgress { retry_after } => {
+                        format!("in flight {retry_after:?}")
+                    }
+                    other => panic!("an outcome the model does not know: {other:?}"),
                 };
                 assert_eq!(got, want, "{ctx}");
                 count(
