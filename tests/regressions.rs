@@ -3,6 +3,26 @@
 
 mod common;
 
+/// Changes, with a raw RocksDB handle, the first value of column family `cf` whose key `pick`s,
+/// as `damage` says (the store must be closed).
+fn damage_first(
+    dir: &std::path::Path,
+    cf: &str,
+    pick: impl Fn(&[u8]) -> bool,
+    damage: impl Fn(&mut Vec<u8>),
+) {
+    let db = common::raw_open(dir);
+    let cf = db.cf_handle(cf).unwrap();
+    let (key, mut value) = db
+        .iterator_cf(cf, rocksdb::IteratorMode::Start)
+        .map(|kv| kv.unwrap())
+        .find(|(k, _)| pick(k))
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .expect("a value to damage");
+    damage(&mut value);
+    db.put_cf(cf, &key, &value).unwrap();
+}
+
 /// A reservation bound to a lease belongs to the whole lease identity (namespace, tenant, key):
 /// tenant B's lease on the same key string, a consumer message with that id, or a plain owner that
 /// spells the key can neither take, re-bind nor release it.
@@ -206,18 +226,13 @@ mod merge_over_an_unreadable_value_keeps_it {
         store.commit_watermark("g", "topic", 0, 41).unwrap();
         store.mark_processed("g", "topic", 0, 50).unwrap();
         store.close().unwrap();
-        {
-            let db = common::raw_open(dir.path());
-            let cf = db.cf_handle("versions").unwrap();
-            let (key, mut value) = db
-                .iterator_cf(cf, rocksdb::IteratorMode::Start)
-                .map(|kv| kv.unwrap())
-                .find(|(k, _)| k.first() == Some(&4))
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .expect("the window is stored");
-            value[1] ^= 0x55;
-            db.put_cf(cf, &key, &value).unwrap();
-        }
+        // The window (kind byte 4) loses its checksum.
+        super::damage_first(
+            dir.path(),
+            "versions",
+            |k| k.first() == Some(&4),
+            |v| v[1] ^= 0x55,
+        );
         let store = common::open(dir.path(), &clock);
         // A blind merge lands on the damaged value; the read must not say "not processed".
         store.commit_watermark("g", "topic", 0, 7).unwrap();
@@ -397,19 +412,16 @@ mod corrupted_consumer_record_can_be_forgotten {
         };
         store.complete(&l, Response::new("done")).unwrap().unwrap();
         store.close().unwrap();
-        {
-            let db = common::raw_open(dir.path());
-            let cf = db.cf_handle("records").unwrap();
-            let (key, mut value) = db
-                .iterator_cf(cf, rocksdb::IteratorMode::Start)
-                .map(|kv| kv.unwrap())
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .next()
-                .expect("the message is stored");
-            let last = value.len() - 6;
-            value[last] ^= 0xFF;
-            db.put_cf(cf, &key, &value).unwrap();
-        }
+        // A byte of the message's body flips: the checksum no longer holds.
+        super::damage_first(
+            dir.path(),
+            "records",
+            |_| true,
+            |v| {
+                let last = v.len() - 6;
+                v[last] ^= 0xFF;
+            },
+        );
         let store = common::open(dir.path(), &clock);
         assert!(matches!(
             store.begin("group", "m1", &opts),

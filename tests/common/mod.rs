@@ -55,7 +55,11 @@ impl Xorshift {
 }
 
 /// Re-executes this test binary to run the ignored test `child` with `envs`, its stdout piped.
+/// `child` is the test's full name within the binary, module path included (for a test in module
+/// `m` of a grouped binary: `m::child`); a name that is not an ignored test of this binary panics
+/// here, instead of starting children that run no test at all.
 pub fn spawn_child(child: &str, envs: &[(&str, String)]) -> std::process::Child {
+    assert_ignored_test_exists(child);
     let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
     cmd.args([
         "--exact",
@@ -70,6 +74,27 @@ pub fn spawn_child(child: &str, envs: &[(&str, String)]) -> std::process::Child 
         cmd.env(k, v);
     }
     cmd.spawn().expect("spawn child")
+}
+
+/// Panics unless this test binary lists `name` among its ignored tests (checked once per name).
+fn assert_ignored_test_exists(name: &str) {
+    static FOUND: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut found = FOUND
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if found.iter().any(|f| f == name) {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--list", "--exact", name, "--ignored"])
+        .output()
+        .expect("list the tests of this binary");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.lines().any(|l| l == format!("{name}: test")),
+        "no ignored test named {name:?} in this binary; it lists:\n{listed}"
+    );
+    found.push(name.to_owned());
 }
 
 /// Collects the child's `ACK <a> <b>` lines until its stdout closes.
