@@ -19,7 +19,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("begin_complete/new_message/resp=64", |b| {
         b.iter(|| {
             let id = n.fetch_add(1, Ordering::Relaxed).to_string();
-            let Begin::Process(l) = store.begin("g", &id, &opts).unwrap() else {
+            let Begin::Process(l) = store.begin("g", &id, opts).unwrap() else {
                 panic!()
             };
             store
@@ -32,7 +32,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("begin/duplicate", |b| {
         b.iter(|| {
             let id = (n.fetch_add(7, Ordering::Relaxed) % done).to_string();
-            matches!(store.begin("g", &id, &opts).unwrap(), Begin::Completed(_))
+            matches!(store.begin("g", &id, opts).unwrap(), Begin::Completed(_))
         })
     });
     let off = AtomicU64::new(0);

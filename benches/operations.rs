@@ -548,12 +548,12 @@ fn consumers(c: &mut Criterion) {
             ),
             |b| {
                 b.iter_batched(
-                    || match store.begin("g", next_key(&n, name), &opts).unwrap() {
+                    || match store.begin("g", next_key(&n, name), opts).unwrap() {
                         Begin::Process(l) => l,
                         other => panic!("expected Process, got {other:?}"),
                     },
                     |l| {
-                        let r = store.fail_message(&l, &opts).unwrap().unwrap();
+                        let r = store.fail_message(&l, opts).unwrap().unwrap();
                         let expected = if max_attempts == 1 {
                             MessageFailed::Poisoned { attempts: 1 }
                         } else {

@@ -217,7 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     None => Ok(()),
                 }
             };
-            match store.begin(&group, &id, &opts)? {
+            match store.begin(&group, &id, opts)? {
                 Begin::Process(lease) => {
                     *ledger.entry(id.clone()).or_default() += 1; // the effect: charge once
                     store

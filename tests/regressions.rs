@@ -51,7 +51,7 @@ mod reservation_bound_to_a_lease_is_owned_by_its_whole_identity {
             "another tenant's lease on the same key string took the value"
         );
         let Begin::Process(m) = store
-            .begin("tenant-a", "k1", &ConsumerOptions::default())
+            .begin("tenant-a", "k1", ConsumerOptions::default())
             .unwrap()
         else {
             panic!("a new message is processed");
@@ -407,7 +407,7 @@ mod corrupted_consumer_record_can_be_forgotten {
         let clock = ManualClock::default();
         let store = common::open(dir.path(), &clock);
         let opts = ConsumerOptions::default();
-        let Begin::Process(l) = store.begin("group", "m1", &opts).unwrap() else {
+        let Begin::Process(l) = store.begin("group", "m1", opts).unwrap() else {
             panic!("a new message is processed");
         };
         store.complete(&l, Response::new("done")).unwrap().unwrap();
@@ -424,13 +424,13 @@ mod corrupted_consumer_record_can_be_forgotten {
         );
         let store = common::open(dir.path(), &clock);
         assert!(matches!(
-            store.begin("group", "m1", &opts),
+            store.begin("group", "m1", opts),
             Err(Error::Corrupted { .. })
         ));
         assert!(!store.forget("group", "m1").unwrap(), "requests are apart");
         assert!(store.forget_message("group", "m1").unwrap());
         assert!(matches!(
-            store.begin("group", "m1", &opts).unwrap(),
+            store.begin("group", "m1", opts).unwrap(),
             Begin::Process(_)
         ));
     }

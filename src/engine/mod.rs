@@ -225,7 +225,8 @@ impl Engine {
         }
 
         let descriptors = Cf::ALL.iter().map(|&cf| {
-            let o = cf_options(cf, opts, &cache, &cutoff, &dropped[cf as usize]);
+            let counter = dropped.get(cf as usize).cloned().unwrap_or_default();
+            let o = cf_options(cf, opts, &cache, &cutoff, &counter);
             ColumnFamilyDescriptor::new(cf.name(), o)
         });
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(classify)?;
@@ -356,7 +357,9 @@ impl Engine {
 
     /// Records dropped by the compaction filter since open.
     pub(crate) fn filtered(&self, cf: Cf) -> u64 {
-        self.dropped[cf as usize].load(Ordering::Relaxed)
+        self.dropped
+            .get(cf as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     /// Flushes memtables and compacts every column family down to the last level, so the
