@@ -109,10 +109,11 @@ fn replay_and_in_progress(c: &mut Criterion) {
         let store = open(dir.path(), d);
         let fp = [7u8; 32];
         let resp = Response::new(vec![1u8; RESPONSE]).with_status(201);
+        // A lease longer than the whole group: setting up 10,000 synced keys can take longer than
+        // the default 30 s lease on a busy machine, and the in-progress keys must stay in progress.
+        let long = ClaimOptions::default().lease(std::time::Duration::from_secs(3600));
         for i in 0..keys {
-            let Claim::Acquired(l) = store
-                .claim("bench", format!("key-{i}"), fp, ClaimOptions::default())
-                .unwrap()
+            let Claim::Acquired(l) = store.claim("bench", format!("key-{i}"), fp, long).unwrap()
             else {
                 panic!()
             };
