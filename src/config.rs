@@ -44,6 +44,13 @@ pub struct Config {
     /// Tests and fuzzing only: the in-memory environment holding the database (see
     /// [`Config::in_memory`]); `None` (on disk) for every normal store.
     pub(crate) in_memory: Option<crate::engine::MemEnv>,
+    /// Set by [`Config::postgres`]: the store lives in that database, not in `path`.
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres: Option<crate::postgres::Settings>,
+    /// Tests only: a PostgreSQL store reads this configuration's clock instead of the
+    /// database's (the conformance suite's manual clock).
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres_test_clock: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -81,7 +88,90 @@ impl Config {
             duplicate_wait: Duration::ZERO,
             sweep_interval: Some(Duration::from_secs(60)),
             in_memory: None,
+            #[cfg(feature = "postgres")]
+            postgres: None,
+            #[cfg(feature = "postgres")]
+            postgres_test_clock: false,
         }
+    }
+
+    /// A configuration for a store in the PostgreSQL database at `url` (for example
+    /// `postgres://app@db.internal:5432/orders`), shared by every instance of a fleet that opens
+    /// the same database; with every default. Open it with [`Config::open_async`]. The
+    /// record settings (lease, retention, their maxima, key, tenant and response limits) apply
+    /// as on disk; the disk settings (durability, cache, write buffer, lock stripes, in-memory)
+    /// do not (PostgreSQL commits every decision before answering); the clock is not used: every
+    /// time comes from the database server's clock. Connections are plain TCP (no TLS): use it
+    /// on a trusted network or through a local proxy that adds TLS.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(url: impl Into<String>) -> Self {
+        let mut cfg = Self::new("");
+        cfg.postgres = Some(crate::postgres::Settings::new(url.into()));
+        cfg
+    }
+
+    /// PostgreSQL only: the most connections the store's pool opens. Default: 16.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn pool_size(mut self, n: usize) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.pool_size = n;
+        }
+        self
+    }
+
+    /// PostgreSQL only: how long to wait for a connection (to connect, or for a free one in the
+    /// pool) before a call fails with [`crate::Error::Unavailable`]. Default: 5 s.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.connect_timeout = d;
+        }
+        self
+    }
+
+    /// PostgreSQL only: the longest a statement may run (the server's `statement_timeout`; the
+    /// client gives up one second later) before the call fails with
+    /// [`crate::Error::Unavailable`]. Default: 5 s.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.statement_timeout = d;
+        }
+        self
+    }
+
+    /// PostgreSQL only: whether opening applies the schema migrations this build needs (in a
+    /// transaction under an advisory lock, so instances opening together apply each once).
+    /// Default: `true`. With `false`, opening checks the schema version and fails with
+    /// [`crate::Error::SchemaMismatch`] unless `idemdb migrate --postgres URL` ran.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn migrate_on_open(mut self, yes: bool) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.migrate = yes;
+        }
+        self
+    }
+
+    /// Tests only, not part of the stable API: a PostgreSQL store reads this configuration's
+    /// clock instead of the database's, so a manual clock can drive it.
+    #[cfg(all(feature = "postgres", feature = "__internal"))]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn postgres_test_clock(mut self) -> Self {
+        self.postgres_test_clock = true;
+        self
+    }
+
+    /// Opens the store behind the async API ([`crate::AsyncStore`]): on disk (the same store as
+    /// [`Config::open`], whose synced writes then run on tokio's blocking pool) or, for
+    /// [`Config::postgres`], in the database. Needs a tokio runtime.
+    #[cfg(feature = "async")]
+    pub async fn open_async(self) -> Result<crate::AsyncStore> {
+        crate::AsyncStore::open(self).await
     }
 
     /// Durability of acknowledged writes. Default: [`Durability::Synced`], because a payment that
@@ -207,6 +297,7 @@ impl Config {
     /// store reopened at the same path with the same `env` (or a clone) finds its records again.
     /// Nothing of the database is written to disk, but opening still creates the directory `path`
     /// if it is missing (as for a store on disk): give an existing one.
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     #[must_use]
     pub fn in_memory(mut self, env: &crate::__internal::InMemory) -> Self {
@@ -219,8 +310,47 @@ impl Config {
         Store::open(self)
     }
 
+    /// Refuses an empty or too long tenant or key.
+    pub(crate) fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
+        for (field, v, max) in [
+            ("tenant", tenant, self.max_tenant_len),
+            ("key", key, self.max_key_len),
+        ] {
+            if v.is_empty() {
+                return Err(InvalidInput::Empty { field }.into());
+            }
+            if v.len() > max {
+                return Err(InvalidInput::TooLong {
+                    field,
+                    len: v.len(),
+                    max,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a response, failure or checkpoint of `len` bytes over `max_response_bytes`.
+    pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
+        let max = self.max_response_bytes;
+        if len > max {
+            return Err(InvalidInput::TooLarge { what, len, max }.into());
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(InvalidInput::Config(m).into());
+        #[cfg(feature = "postgres")]
+        if let Some(p) = &self.postgres {
+            if !(1..=1024).contains(&p.pool_size) {
+                return bad(format!("pool_size {} is not in 1..=1024", p.pool_size));
+            }
+            if p.connect_timeout.is_zero() || p.statement_timeout.is_zero() {
+                return bad("connect_timeout and statement_timeout must be positive".into());
+            }
+        }
         if !(1..=4096).contains(&self.max_key_len) {
             return bad(format!(
                 "max_key_len {} is not in 1..=4096",

@@ -64,6 +64,31 @@ pub enum Error {
         /// How many other handles were alive.
         other_handles: usize,
     },
+    /// The database could not be reached, or did not answer within the statement timeout
+    /// (PostgreSQL backend). Nothing was replayed or acquired from this call: retry it after a
+    /// moment (the HTTP layer answers 503 with `Retry-After`). A claim whose answer was lost may
+    /// have acquired the key: it stays pending until its lease runs out, then the next claim
+    /// takes it over, so the operation never runs twice at once.
+    Unavailable {
+        /// What failed, as the client or the database said it.
+        message: String,
+    },
+    /// The database's idemdb schema is not the version this build uses (PostgreSQL backend).
+    /// Nothing was changed.
+    SchemaMismatch {
+        /// What was found.
+        found: String,
+        /// The schema version this build reads and writes.
+        expected: i32,
+    },
+    /// The operation is not available on this store's backend (for example a sync call on a
+    /// PostgreSQL store, or RocksDB compaction on PostgreSQL). Nothing was changed.
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+        /// Why, and what to use instead.
+        hint: &'static str,
+    },
 }
 
 /// Which argument was rejected, and why.
@@ -154,6 +179,20 @@ impl fmt::Display for Error {
                  other threads, the HTTP layer or a consumer); the database closes when the last \
                  one is dropped: drop them, then close"
             ),
+            Error::Unavailable { message } => write!(
+                f,
+                "the database is unavailable ({message}); nothing was decided by this call: \
+                 retry after a moment"
+            ),
+            Error::SchemaMismatch { found, expected } => write!(
+                f,
+                "the database's idemdb schema is not the one this build uses: found {found}, \
+                 expected version {expected}; run `idemdb migrate --postgres URL` (or open with \
+                 Config::migrate_on_open(true))"
+            ),
+            Error::Unsupported { operation, hint } => {
+                write!(f, "{operation} is not available on this store: {hint}")
+            }
         }
     }
 }

@@ -34,9 +34,16 @@
 //! assert_eq!(store.claim("acme", "key-1", &other, ClaimOptions::default())?, Claim::Mismatch);
 //! # Ok(()) }
 //! ```
+//!
+//! A fleet of instances shares one store in PostgreSQL (feature `postgres`):
+//! `Config::postgres(url).open_async()` gives an `AsyncStore` with the same request-record
+//! calls and outcomes as an embedded store opened with `Config::open_async`; every decision is
+//! one SQL statement and every time the database server's.
 #![deny(unsafe_code, missing_docs)]
 #![warn(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[cfg(feature = "async")]
+mod async_store;
 mod clock;
 mod codec;
 mod commit;
@@ -52,6 +59,8 @@ mod keys;
 mod maintenance;
 mod metrics;
 mod offsets;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 mod requests;
 mod schema;
@@ -61,6 +70,10 @@ mod unique;
 mod versions;
 mod vv;
 
+#[cfg(feature = "async")]
+pub use async_store::AsyncStore;
+#[cfg(feature = "postgres")]
+pub use async_store::SchemaStep;
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use commit::{Commit, CommitConflict, Committed};
 pub use config::{Config, Durability};
@@ -81,11 +94,14 @@ pub use versions::{
 };
 pub use vv::{Causality, Sibling, Siblings, VersionVector};
 
+#[cfg(feature = "__internal")]
 #[doc(hidden)]
 pub mod __internal {
-    //! Test-only hooks; not part of the stable API. The `decode` fuzz target (`fuzz/`) feeds
-    //! arbitrary bytes through every decoder and merge fold below; the `model` fuzz target runs
-    //! its stores in an [`InMemory`] environment.
+    //! Test-only hooks, compiled only with the `__internal` feature (which the crate's own tests
+    //! and the fuzz crate enable); not part of the stable API. The `decode` fuzz target (`fuzz/`)
+    //! feeds arbitrary bytes through every decoder and merge fold below; the `model` fuzz target
+    //! runs its stores in an [`InMemory`] environment and empties one store between inputs
+    //! ([`reset`]) instead of opening a new one.
     /// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
     pub fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
         crate::format::split_record_key(bytes)
@@ -118,6 +134,14 @@ pub mod __internal {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("InMemory")
         }
+    }
+
+    /// Empties `store` and puts it back in the state of a new store (no data, the first fencing
+    /// token 1, the time of a new store), without closing it: the `model` fuzz target runs many
+    /// inputs on one open store this way. Nothing else may use the store meanwhile, and no lease
+    /// or reservation from before may be used afterwards.
+    pub fn reset(store: &crate::Store) -> Result<()> {
+        store.core.reset()
     }
 
     /// Decodes a value of the `records` column family: the record as `get` would report it, and

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_millis, Millis};
 use crate::codec;
+use crate::config::Config;
 use crate::core::check_holder;
 use crate::engine::Cf;
 use crate::error::{InvalidInput, Result};
@@ -74,28 +75,7 @@ impl Store {
         fingerprint: &[u8],
         opts: ClaimOptions,
     ) -> Result<Claim> {
-        self.core.check_names(tenant, key)?;
-        if fingerprint.len() > MAX_FINGERPRINT_LEN {
-            return Err(InvalidInput::TooLarge {
-                what: "fingerprint",
-                len: fingerprint.len(),
-                max: MAX_FINGERPRINT_LEN,
-            }
-            .into());
-        }
-        let cfg = &self.core.cfg;
-        let lease_d = opts.lease.unwrap_or(cfg.lease);
-        let retention_d = opts.retention.unwrap_or(cfg.retention);
-        check_duration("lease", lease_d, cfg.max_lease)?;
-        check_duration("retention", retention_d, cfg.max_retention)?;
-        if lease_d > retention_d {
-            return Err(InvalidInput::Duration {
-                what: "lease",
-                reason: format!("{lease_d:?} is longer than the retention {retention_d:?}"),
-            }
-            .into());
-        }
-        let (lease_ms, retention_ms) = (duration_millis(lease_d), duration_millis(retention_d));
+        let (lease_ms, retention_ms) = check_claim(&self.core.cfg, tenant, key, fingerprint, opts)?;
         let m = &self.core.metrics;
 
         let rkey = format::record_key(ns, tenant, key);
@@ -182,7 +162,7 @@ impl Store {
         lease: &Lease,
         response: Response,
     ) -> Result<std::result::Result<(), LeaseLost>> {
-        self.core.check_size("response", response.size())?;
+        check_response(&self.core.cfg, "response", &response)?;
         let r = self.with_lease(lease, |rec, now| {
             rec.complete(response, now);
             Ok(())
@@ -201,7 +181,7 @@ impl Store {
         kind: FailKind,
     ) -> Result<std::result::Result<(), LeaseLost>> {
         if let FailKind::Terminal(resp) = &kind {
-            self.core.check_size("failure", resp.size())?;
+            check_response(&self.core.cfg, "failure", resp)?;
         }
         let terminal = matches!(kind, FailKind::Terminal(_));
         let r = self.with_lease(lease, |rec, now| {
@@ -252,8 +232,7 @@ impl Store {
             phase: phase.into(),
             state: state.into(),
         };
-        self.core
-            .check_size("checkpoint", cp.phase.len() + cp.state.len())?;
+        check_checkpoint(&self.core.cfg, &cp)?;
         let r = self.with_lease(lease, |rec, _| {
             rec.checkpoint = Some(cp);
             Ok(())
@@ -466,6 +445,48 @@ impl Store {
         }
         Ok(Ok(out))
     }
+}
+
+/// Checks a claim's arguments against the configuration (both backends): the names, the
+/// fingerprint's length, the lease and retention; returns (lease, retention) in milliseconds.
+pub(crate) fn check_claim(
+    cfg: &Config,
+    tenant: &[u8],
+    key: &[u8],
+    fingerprint: &[u8],
+    opts: ClaimOptions,
+) -> Result<(Millis, Millis)> {
+    cfg.check_names(tenant, key)?;
+    if fingerprint.len() > MAX_FINGERPRINT_LEN {
+        return Err(InvalidInput::TooLarge {
+            what: "fingerprint",
+            len: fingerprint.len(),
+            max: MAX_FINGERPRINT_LEN,
+        }
+        .into());
+    }
+    let lease_d = opts.lease.unwrap_or(cfg.lease);
+    let retention_d = opts.retention.unwrap_or(cfg.retention);
+    check_duration("lease", lease_d, cfg.max_lease)?;
+    check_duration("retention", retention_d, cfg.max_retention)?;
+    if lease_d > retention_d {
+        return Err(InvalidInput::Duration {
+            what: "lease",
+            reason: format!("{lease_d:?} is longer than the retention {retention_d:?}"),
+        }
+        .into());
+    }
+    Ok((duration_millis(lease_d), duration_millis(retention_d)))
+}
+
+/// Checks a response (`what`: "response" or "failure") against the size limit.
+pub(crate) fn check_response(cfg: &Config, what: &'static str, r: &Response) -> Result<()> {
+    cfg.check_size(what, r.size())
+}
+
+/// Checks a checkpoint against the size limit.
+pub(crate) fn check_checkpoint(cfg: &Config, cp: &Checkpoint) -> Result<()> {
+    cfg.check_size("checkpoint", cp.phase.len() + cp.state.len())
 }
 
 /// What [`Store::inspect`] found.

@@ -20,6 +20,14 @@ pub struct Store {
 impl Store {
     /// Opens the store described by `cfg` (see [`Config`]).
     pub fn open(cfg: Config) -> Result<Store> {
+        #[cfg(feature = "postgres")]
+        if cfg.postgres.is_some() {
+            return Err(crate::Error::Unsupported {
+                operation: "Config::open on a PostgreSQL configuration",
+                hint: "a PostgreSQL store has the async API only: open it with \
+                       Config::open_async().await",
+            });
+        }
         let sweep_interval = cfg.sweep_interval;
         let store = Store {
             core: Arc::new(Core::open(cfg)?),

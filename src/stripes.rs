@@ -124,6 +124,14 @@ impl Stripes {
         }
     }
 
+    /// Forgets every remembered pending record (the test hook that empties a store).
+    #[cfg(feature = "__internal")]
+    pub(crate) fn clear(&self) {
+        for i in 0..self.locks.len() {
+            self.guard(i).held.clear();
+        }
+    }
+
     /// Locks the stripe of `key`.
     pub(crate) fn lock(&self, key: &[u8]) -> StripeGuard<'_> {
         self.guard(self.index(key))

@@ -89,6 +89,7 @@ pub(crate) struct MemEnv(rocksdb::Env);
 
 impl MemEnv {
     /// A new, empty in-memory environment.
+    #[cfg_attr(not(any(test, feature = "__internal")), allow(dead_code))]
     pub(crate) fn new() -> Result<Self> {
         rocksdb::Env::mem_env().map(Self).map_err(classify)
     }
@@ -353,6 +354,13 @@ impl Engine {
             return seen;
         }
         self.cutoff.fetch_max(t, Ordering::AcqRel).max(t)
+    }
+
+    /// Lowers the store's notion of now back to `t` (the test hook that empties a store, see
+    /// `Core::reset`): only when nothing that depends on the old time is left.
+    #[cfg(feature = "__internal")]
+    pub(crate) fn reset_time(&self, t: Millis) {
+        self.cutoff.store(t, Ordering::Release);
     }
 
     /// Records dropped by the compaction filter since open.

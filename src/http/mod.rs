@@ -68,6 +68,11 @@
 //! **503 Service Unavailable**, with `Retry-After: 1`. The idempotency store is momentarily busy;
 //! the request was not processed.
 //!
+//! ### `idempotency-store-unavailable`
+//! **503 Service Unavailable**, with `Retry-After: 2`. The idempotency store's database could not
+//! be reached or did not answer in time ([`crate::Error::Unavailable`]); the request was not
+//! processed.
+//!
 //! ### `idempotency-store-failed`
 //! **500 Internal Server Error.** The idempotency store failed; the request was not processed.
 //!

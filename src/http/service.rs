@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response as HttpResponse, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use tokio::sync::oneshot;
 
 use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
 use super::estimate::{retry_after_secs, Route};
@@ -26,6 +25,7 @@ use super::problem::problem;
 use super::stored::{meta_of, meta_size, replay_response};
 use super::tenant::{tenant_of, NoTenant};
 use super::{Counters, Options, WhileRunning};
+use crate::async_store::{blocking, PooledClaim};
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::record::{Claim, ClaimOptions, FailKind, Lease, Response};
@@ -237,82 +237,19 @@ where
     if opts.store.config().durability == Durability::Buffered {
         return f(&opts.store);
     }
-    let (tx, rx) = oneshot::channel();
-    let (store, stats) = (opts.store.clone(), opts.stats.clone());
-    // The pool runs the closure even if nobody waits for its handle any more.
-    drop(tokio::task::spawn_blocking(move || {
-        if let Err(Ok(Claim::Acquired(lease))) = tx.send(f(&store)) {
-            // The request was dropped before the answer arrived: nobody will use the lease.
-            release_abandoned(&store, &stats, &lease);
-        }
-    }));
-    PooledClaim {
-        rx: Some(rx),
-        store: opts.store.clone(),
-        stats: opts.stats.clone(),
-    }
+    let stats = opts.stats.clone();
+    PooledClaim::spawn_with(
+        opts.store.clone(),
+        f,
+        Arc::new(move |released| {
+            Counters::bump(match released {
+                Ok(Ok(())) => &stats.abandoned,
+                Ok(Err(_)) => &stats.lease_lost,
+                Err(_) => &stats.store_errors,
+            })
+        }),
+    )
     .await
-}
-
-/// The answer of a claim running on the blocking pool. Exactly one side releases a lease that the
-/// request will never use: the pool thread, if this future was dropped before the answer was sent
-/// (the send fails), or this future's drop, if the answer was sent but not taken (the receiver is
-/// closed first, so the two cannot both see the lease).
-struct PooledClaim {
-    rx: Option<oneshot::Receiver<Result<Claim>>>,
-    store: Store,
-    stats: Arc<Counters>,
-}
-
-impl Future for PooledClaim {
-    type Output = Result<Claim>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Claim>> {
-        let this = self.get_mut();
-        let Some(rx) = this.rx.as_mut() else {
-            return Poll::Pending; // polled after completion: never ready again
-        };
-        match Pin::new(rx).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(answer) => {
-                this.rx = None;
-                Poll::Ready(answer.unwrap_or_else(|_| {
-                    Err(Error::Engine(
-                        "the claim on the blocking pool did not finish".into(),
-                    ))
-                }))
-            }
-        }
-    }
-}
-
-impl Drop for PooledClaim {
-    fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else {
-            return;
-        };
-        rx.close();
-        if let Ok(Ok(Claim::Acquired(lease))) = rx.try_recv() {
-            let (store, stats) = (self.store.clone(), self.stats.clone());
-            match tokio::runtime::Handle::try_current() {
-                // The release may sync: on the pool, not on the worker dropping this future.
-                Ok(rt) => {
-                    drop(rt.spawn_blocking(move || release_abandoned(&store, &stats, &lease)))
-                }
-                // Outside a runtime no worker can be stalled: release here.
-                Err(_) => release_abandoned(&store, &stats, &lease),
-            }
-        }
-    }
-}
-
-/// Releases a lease acquired for a request that was dropped before it could use it.
-fn release_abandoned(store: &Store, stats: &Counters, lease: &Lease) {
-    match store.fail(lease, FailKind::Retryable) {
-        Ok(Ok(())) => Counters::bump(&stats.abandoned),
-        Ok(Err(_)) => Counters::bump(&stats.lease_lost),
-        Err(_) => Counters::bump(&stats.store_errors),
-    }
 }
 
 /// A future that is finished even if its owner drops it: an unfinished future is spawned on the
@@ -496,23 +433,6 @@ async fn release(opts: &Options, lease: Lease, why: &std::sync::atomic::AtomicU6
     }
 }
 
-/// Runs a store call: inline when the store never syncs (microseconds, no disk wait), on tokio's
-/// blocking pool when it does, so that a WAL sync never stalls a runtime worker.
-async fn blocking<T, F>(store: &Store, f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnOnce(&Store) -> Result<T> + Send + 'static,
-{
-    if store.config().durability == Durability::Buffered {
-        return f(store);
-    }
-    let s = store.clone();
-    match tokio::task::spawn_blocking(move || f(&s)).await {
-        Ok(r) => r,
-        Err(e) => Err(Error::Engine(format!("store call did not finish: {e}"))),
-    }
-}
-
 fn refuse(opts: &Options, status: StatusCode, code: &str, detail: &str) -> HttpResponse<HttpBody> {
     Counters::bump(&opts.stats.refused);
     problem(&opts.problem_docs, status, code, detail)
@@ -545,6 +465,18 @@ fn store_error(opts: &Options, e: &Error) -> HttpResponse<HttpBody> {
             );
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
+        Error::Unavailable { .. } => {
+            let mut resp = problem(
+                docs,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "idempotency-store-unavailable",
+                "the idempotency store's database is unavailable; the request was not \
+                 processed: retry shortly",
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
             resp
         }
         Error::InvalidInput(_) => problem(

@@ -1,6 +1,7 @@
 //! The `idemdb` command: the payment-service demo, and operator commands against a store directory.
 
 mod demo;
+mod fleet;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +14,13 @@ const USAGE: &str = "usage:
   idemdb inspect --db DIR TENANT KEY
   idemdb sweep   --db DIR
   idemdb forget  --db DIR TENANT KEY
-  idemdb forget  --db DIR --consumer GROUP MESSAGE_ID";
+  idemdb forget  --db DIR --consumer GROUP MESSAGE_ID
+PostgreSQL (fleet mode; URL like postgres://user@host:5432/db):
+  idemdb migrate --postgres URL [--to VERSION]   apply the schema (or undo it down to VERSION; 0: all)
+  idemdb migrate --postgres URL --status         list the schema steps and when each was applied
+  idemdb sweep   --postgres URL                  delete expired records in batches
+  idemdb inspect --postgres URL TENANT KEY
+  idemdb forget  --postgres URL TENANT KEY";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +36,7 @@ fn main() -> ExitCode {
 /// Splits `--flag value` pairs and bare flags from positional arguments.
 struct Args {
     db: Option<PathBuf>,
+    postgres: Option<String>,
     flags: Vec<(String, Option<String>)>,
     positional: Vec<String>,
 }
@@ -36,6 +44,7 @@ struct Args {
 fn parse(args: &[String]) -> Result<Args, String> {
     let mut out = Args {
         db: None,
+        postgres: None,
         flags: Vec::new(),
         positional: Vec::new(),
     };
@@ -43,11 +52,12 @@ fn parse(args: &[String]) -> Result<Args, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--db" => out.db = Some(it.next().ok_or("--db needs a directory")?.into()),
-            "--payments" | "--clients" => {
+            "--postgres" => out.postgres = Some(it.next().ok_or("--postgres needs a URL")?.clone()),
+            "--payments" | "--clients" | "--to" => {
                 let v = it.next().ok_or(format!("{a} needs a number"))?;
                 out.flags.push((a.clone(), Some(v.clone())));
             }
-            "--buffered" | "--consumer" => out.flags.push((a.clone(), None)),
+            "--buffered" | "--consumer" | "--status" => out.flags.push((a.clone(), None)),
             f if f.starts_with("--") => return Err(format!("unknown flag {f}\n{USAGE}")),
             _ => out.positional.push(a.clone()),
         }
@@ -77,6 +87,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             _ => Err(format!("{cmd} needs TENANT KEY\n{USAGE}")),
         }
     };
+    if let Some(url) = &a.postgres {
+        let pair = two(&a);
+        return fleet::run(cmd, url, &a.flags, pair);
+    }
     match cmd.as_str() {
         "demo" => {
             let num = |name: &str, default: usize| -> Result<usize, String> {
@@ -118,34 +132,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     Ok(ExitCode::FAILURE)
                 }
                 Some(r) => {
-                    let state = match &r.state {
-                        RecordState::Pending { lease_until } => {
-                            format!("pending (lease until {lease_until})")
-                        }
-                        RecordState::Released => "released for retry".into(),
-                        RecordState::Completed(rep) => format!(
-                            "completed at {}: {} body bytes, meta {:?}",
-                            rep.finished_at,
-                            rep.response.body.len(),
-                            rep.response.meta
-                        ),
-                        RecordState::Failed(rep) => format!(
-                            "failed at {}: {} body bytes, meta {:?}",
-                            rep.finished_at,
-                            rep.response.body.len(),
-                            rep.response.meta
-                        ),
-                        other => format!("{other:?}"),
-                    };
-                    println!("state        {state}");
-                    println!("created_at   {}", r.created_at);
-                    println!("expires_at   {}", r.expires_at);
-                    println!("fence        {}", r.fence);
-                    println!("attempts     {}", r.attempts);
-                    println!("takeovers    {}", r.takeovers);
-                    if let Some(cp) = &r.checkpoint {
-                        println!("checkpoint   {} ({} bytes)", cp.phase, cp.state.len());
-                    }
+                    print_record(&r);
                     Ok(ExitCode::SUCCESS)
                 }
             }
@@ -181,5 +168,35 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         other => Err(format!("unknown command {other}\n{USAGE}")),
+    }
+}
+
+/// Prints an operator's view of one record.
+pub(crate) fn print_record(r: &idemdb::RecordInfo) {
+    let state = match &r.state {
+        RecordState::Pending { lease_until } => format!("pending (lease until {lease_until})"),
+        RecordState::Released => "released for retry".into(),
+        RecordState::Completed(rep) => format!(
+            "completed at {}: {} body bytes, meta {:?}",
+            rep.finished_at,
+            rep.response.body.len(),
+            rep.response.meta
+        ),
+        RecordState::Failed(rep) => format!(
+            "failed at {}: {} body bytes, meta {:?}",
+            rep.finished_at,
+            rep.response.body.len(),
+            rep.response.meta
+        ),
+        other => format!("{other:?}"),
+    };
+    println!("state        {state}");
+    println!("created_at   {}", r.created_at);
+    println!("expires_at   {}", r.expires_at);
+    println!("fence        {}", r.fence);
+    println!("attempts     {}", r.attempts);
+    println!("takeovers    {}", r.takeovers);
+    if let Some(cp) = &r.checkpoint {
+        println!("checkpoint   {} ({} bytes)", cp.phase, cp.state.len());
     }
 }

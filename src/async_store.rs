@@ -1,0 +1,448 @@
+//! The async store: one API over both backends (the embedded store on disk, or PostgreSQL for a
+//! fleet). Invariants: every method means the same on both backends (same outcomes, same
+//! argument checks, from the same code); nothing here names a backend type; no call blocks a
+//! tokio worker thread on the network or on a disk sync (the embedded store's synced writes run
+//! on the blocking pool; PostgreSQL calls are async). A claim acquired for a caller that went
+//! away before the answer arrived is released, not left pending until its lease runs out.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::clock::Millis;
+use crate::config::{Config, Durability};
+use crate::error::{Error, Result};
+use crate::format::Namespace;
+use crate::record::{
+    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
+};
+use crate::store::Store;
+
+/// A store behind the async API, on disk or on PostgreSQL ([`Config::open_async`]). Cheap to
+/// clone; clones share the store. Application code written against it runs on either backend
+/// unchanged; [`AsyncStore::embedded`] reaches the embedded store's full synchronous API.
+#[derive(Clone)]
+pub struct AsyncStore {
+    backend: Backend,
+    cfg: Arc<Config>,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Embedded(Store),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::postgres::PgStore>),
+}
+
+impl From<Store> for AsyncStore {
+    fn from(store: Store) -> Self {
+        AsyncStore {
+            cfg: Arc::new(store.config().clone()),
+            backend: Backend::Embedded(store),
+        }
+    }
+}
+
+impl std::fmt::Debug for AsyncStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncStore")
+            .field("backend", &self.backend_name())
+            .finish_non_exhaustive()
+    }
+}
+
+type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
+
+impl AsyncStore {
+    pub(crate) async fn open(cfg: Config) -> Result<AsyncStore> {
+        #[cfg(feature = "postgres")]
+        if let Some(settings) = cfg.postgres.clone() {
+            cfg.validate()?;
+            let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
+            let pg = crate::postgres::PgStore::open(&settings, clock).await?;
+            return Ok(AsyncStore {
+                backend: Backend::Postgres(Arc::new(pg)),
+                cfg: Arc::new(cfg),
+            });
+        }
+        let store = match cfg.durability {
+            Durability::Buffered => Store::open(cfg)?,
+            _ => match tokio::task::spawn_blocking(move || Store::open(cfg)).await {
+                Ok(r) => r?,
+                Err(e) => return Err(Error::Engine(format!("opening did not finish: {e}"))),
+            },
+        };
+        Ok(store.into())
+    }
+
+    /// Which backend holds the store: `"embedded"` or `"postgres"`.
+    pub fn backend_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Embedded(_) => "embedded",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The embedded store, with its whole synchronous API; `None` on PostgreSQL.
+    pub fn embedded(&self) -> Option<&Store> {
+        match &self.backend {
+            Backend::Embedded(s) => Some(s),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The store's current time: the embedded store's ([`Store::now`]) or the database
+    /// server's, in milliseconds since the epoch.
+    pub async fn now(&self) -> Result<Millis> {
+        match &self.backend {
+            Backend::Embedded(s) => Ok(s.now()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.now().await,
+        }
+    }
+
+    /// Claims `key` of `tenant` for a request with this `fingerprint`, as [`Store::claim`]:
+    /// exactly one of any number of concurrent claimers (in any instance sharing the store)
+    /// acquires. If this future is dropped before it finishes, a lease it acquired is released.
+    pub async fn claim(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        fingerprint: impl AsRef<[u8]>,
+        opts: impl std::borrow::Borrow<ClaimOptions>,
+    ) -> Result<Claim> {
+        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        let opts = *opts.borrow();
+        let (lease_ms, retention_ms) =
+            crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+        match &self.backend {
+            Backend::Embedded(s) if s.config().durability == Durability::Buffered => {
+                s.claim(tenant, key, fingerprint, opts)
+            }
+            Backend::Embedded(s) => {
+                let (s, t, k, f) = (
+                    s.clone(),
+                    tenant.to_vec(),
+                    key.to_vec(),
+                    fingerprint.to_vec(),
+                );
+                PooledClaim::spawn(s, move |s| s.claim(t, k, f, opts)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                pg.claim(
+                    Namespace::Requests,
+                    tenant,
+                    key,
+                    fingerprint,
+                    lease_ms,
+                    retention_ms,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Stores `response` as the result of the leased operation, as [`Store::complete`].
+    pub async fn complete(&self, lease: &Lease, response: Response) -> Result<LeaseResult> {
+        crate::requests::check_response(&self.cfg, "response", &response)?;
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let lease = lease.clone();
+                blocking(s, move |s| s.complete(&lease, response)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => Ok(pg
+                .holder(lease, crate::postgres::HolderChange::Complete(response))
+                .await?
+                .map(drop)),
+        }
+    }
+
+    /// Ends the leased operation as failed, as [`Store::fail`].
+    pub async fn fail(&self, lease: &Lease, kind: FailKind) -> Result<LeaseResult> {
+        if let FailKind::Terminal(r) = &kind {
+            crate::requests::check_response(&self.cfg, "failure", r)?;
+        }
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let lease = lease.clone();
+                blocking(s, move |s| s.fail(&lease, kind)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let change = match kind {
+                    FailKind::Retryable => crate::postgres::HolderChange::Release,
+                    FailKind::Terminal(r) => crate::postgres::HolderChange::FailTerminal(r),
+                };
+                Ok(pg.holder(lease, change).await?.map(drop))
+            }
+        }
+    }
+
+    /// Extends the lease to `extra` from now, as [`Store::renew`]; updates `lease` in place.
+    pub async fn renew(&self, lease: &mut Lease, extra: Duration) -> Result<LeaseResult> {
+        crate::record::check_duration("renewal", extra, self.cfg.max_lease)?;
+        let until = match &self.backend {
+            Backend::Embedded(s) => {
+                let mut l = lease.clone();
+                match blocking(s, move |s| Ok(s.renew(&mut l, extra)?.map(|()| l.until))).await? {
+                    Ok(until) => until,
+                    Err(lost) => return Ok(Err(lost)),
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let ms = crate::clock::duration_millis(extra);
+                match pg
+                    .holder(lease, crate::postgres::HolderChange::Renew(ms))
+                    .await?
+                {
+                    Ok(until) => until,
+                    Err(lost) => return Ok(Err(lost)),
+                }
+            }
+        };
+        lease.until = until;
+        Ok(Ok(()))
+    }
+
+    /// Stores a recovery point for whoever acquires the key next, as [`Store::checkpoint`].
+    pub async fn checkpoint(
+        &self,
+        lease: &Lease,
+        phase: impl Into<String>,
+        state: impl Into<Vec<u8>>,
+    ) -> Result<LeaseResult> {
+        let cp = Checkpoint {
+            phase: phase.into(),
+            state: state.into(),
+        };
+        crate::requests::check_checkpoint(&self.cfg, &cp)?;
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let lease = lease.clone();
+                blocking(s, move |s| s.checkpoint(&lease, cp.phase, cp.state)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => Ok(pg
+                .holder(lease, crate::postgres::HolderChange::Checkpoint(cp))
+                .await?
+                .map(drop)),
+        }
+    }
+
+    /// An operator's view of a record, or `None` if absent or expired, as [`Store::get`].
+    pub async fn get(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<RecordInfo>> {
+        let (tenant, key) = (tenant.as_ref(), key.as_ref());
+        self.cfg.check_names(tenant, key)?;
+        match &self.backend {
+            Backend::Embedded(s) => s.get(tenant, key),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.get(Namespace::Requests, tenant, key).await,
+        }
+    }
+
+    /// Deletes a record whatever its state, as [`Store::forget`]; whether one was stored.
+    pub async fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
+        let (tenant, key) = (tenant.as_ref(), key.as_ref());
+        self.cfg.check_names(tenant, key)?;
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (t, k) = (tenant.to_vec(), key.to_vec());
+                blocking(s, move |s| s.forget(t, k)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.forget(Namespace::Requests, tenant, key).await,
+        }
+    }
+
+    /// Deletes up to `limit` expired records; how many. Embedded: as [`Store::sweep`].
+    /// PostgreSQL: oldest expiry first, in one statement that skips rows other transactions
+    /// hold (no long locks); call it in a loop for bigger batches.
+    pub async fn sweep(&self, limit: usize) -> Result<usize> {
+        match &self.backend {
+            Backend::Embedded(s) => blocking(s, move |s| s.sweep(limit)).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.sweep(limit).await,
+        }
+    }
+}
+
+/// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
+#[cfg(feature = "postgres")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaStep {
+    /// The step's version (1, 2, ...).
+    pub version: i32,
+    /// What it creates.
+    pub name: &'static str,
+    /// When it was applied (the database's text form of the time), `None` if it was not.
+    pub applied_at: Option<String>,
+}
+
+#[cfg(feature = "postgres")]
+impl Config {
+    fn postgres_settings(&self, operation: &'static str) -> Result<&crate::postgres::Settings> {
+        self.postgres.as_ref().ok_or(Error::Unsupported {
+            operation,
+            hint: "only a store on PostgreSQL (Config::postgres) has a schema",
+        })
+    }
+
+    /// PostgreSQL only: every step of the schema this build knows, with when each was applied.
+    pub async fn schema_status(&self) -> Result<Vec<SchemaStep>> {
+        let pg = crate::postgres::PgStore::connect(self.postgres_settings("schema_status")?, None)?;
+        let applied = pg.migration_status().await?;
+        Ok(crate::postgres::migrations::MIGRATIONS
+            .iter()
+            .map(|m| SchemaStep {
+                version: m.version,
+                name: m.name,
+                applied_at: applied
+                    .iter()
+                    .find(|a| a.0 == m.version)
+                    .map(|a| a.2.clone()),
+            })
+            .collect())
+    }
+
+    /// PostgreSQL only: moves the schema to version `to` (`None`: the latest this build knows),
+    /// applying the steps above the current version or undoing those above `to` (newest first;
+    /// undoing drops their tables and data, and `Some(0)` removes every idemdb table). Each step
+    /// runs in its own transaction under an advisory lock. Returns the versions applied, or
+    /// undone, in the order they ran.
+    pub async fn migrate_schema(&self, to: Option<i32>) -> Result<Vec<i32>> {
+        let latest = crate::postgres::migrations::current_version();
+        let target = to.unwrap_or(latest);
+        if !(0..=latest).contains(&target) {
+            return Err(crate::error::InvalidInput::Config(format!(
+                "schema version {target} is not in 0..={latest}"
+            ))
+            .into());
+        }
+        let pg =
+            crate::postgres::PgStore::connect(self.postgres_settings("migrate_schema")?, None)?;
+        let current = pg.schema_version().await?;
+        if target >= current {
+            pg.migrate_up(Some(target)).await
+        } else {
+            pg.migrate_down(target).await
+        }
+    }
+}
+
+/// Runs `f` inline on a store that never syncs (microseconds), and on tokio's blocking pool when
+/// it does, so that a disk sync never stalls a runtime worker (the HTTP layer's calls too).
+pub(crate) async fn blocking<T, F>(store: &Store, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Store) -> Result<T> + Send + 'static,
+{
+    if store.config().durability == Durability::Buffered {
+        return f(store);
+    }
+    let s = store.clone();
+    match tokio::task::spawn_blocking(move || f(&s)).await {
+        Ok(r) => r,
+        Err(e) => Err(Error::Engine(format!("store call did not finish: {e}"))),
+    }
+}
+
+/// A claim running on the blocking pool. Exactly one side releases a lease nobody will use: the
+/// pool thread, if this future was dropped before the answer was sent (the send fails), or this
+/// future's drop, if the answer was sent but not taken (the receiver is closed first, so the two
+/// cannot both see the lease).
+pub(crate) struct PooledClaim {
+    rx: Option<oneshot::Receiver<Result<Claim>>>,
+    store: Store,
+    on_release: OnRelease,
+}
+
+/// Called with the outcome of each release of an abandoned lease.
+pub(crate) type OnRelease = Arc<dyn Fn(Result<LeaseResult>) + Send + Sync>;
+
+impl PooledClaim {
+    fn spawn(store: Store, f: impl FnOnce(&Store) -> Result<Claim> + Send + 'static) -> Self {
+        Self::spawn_with(store, f, Arc::new(drop))
+    }
+
+    /// As [`PooledClaim::spawn`], calling `on_release` with the outcome of each release of an
+    /// abandoned lease (the HTTP layer counts them).
+    pub(crate) fn spawn_with(
+        store: Store,
+        f: impl FnOnce(&Store) -> Result<Claim> + Send + 'static,
+        on_release: OnRelease,
+    ) -> Self {
+        let (tx, rx) = oneshot::channel();
+        let (s, release) = (store.clone(), on_release.clone());
+        // The pool runs the closure even if nobody waits for its handle any more.
+        drop(tokio::task::spawn_blocking(move || {
+            if let Err(Ok(Claim::Acquired(lease))) = tx.send(f(&s)) {
+                release(s.fail(&lease, FailKind::Retryable));
+            }
+        }));
+        PooledClaim {
+            rx: Some(rx),
+            store,
+            on_release,
+        }
+    }
+}
+
+impl Future for PooledClaim {
+    type Output = Result<Claim>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Claim>> {
+        let this = self.get_mut();
+        let Some(rx) = this.rx.as_mut() else {
+            return Poll::Pending; // polled after completion: never ready again
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(answer) => {
+                this.rx = None;
+                Poll::Ready(answer.unwrap_or_else(|_| {
+                    Err(Error::Engine(
+                        "the claim on the blocking pool did not finish".into(),
+                    ))
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for PooledClaim {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        if let Ok(Ok(Claim::Acquired(lease))) = rx.try_recv() {
+            let (store, on_release) = (self.store.clone(), self.on_release.clone());
+            let release = move || on_release(store.fail(&lease, FailKind::Retryable));
+            match tokio::runtime::Handle::try_current() {
+                // The release may sync: on the pool, not on the worker dropping this future.
+                Ok(rt) => drop(rt.spawn_blocking(release)),
+                // Outside a runtime no worker can be stalled: release here.
+                Err(_) => release(),
+            }
+        }
+    }
+}

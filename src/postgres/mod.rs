@@ -1,0 +1,710 @@
+//! The PostgreSQL backend: request idempotency records shared by every instance of a fleet.
+//! Invariants:
+//! - every decision is made by the database in one statement (an `INSERT ... ON CONFLICT DO
+//!   UPDATE ... WHERE` for a claim, an `UPDATE ... WHERE fence = $n AND state = pending` for a
+//!   holder's call), never a read in the application followed by a write; the application only
+//!   reads the statement's answer;
+//! - times come from the database server's clock (`clock_timestamp()`, in milliseconds), read
+//!   once per statement, so instances with skewed clocks agree on every lease and expiry;
+//! - fencing tokens come from one database sequence, taken when the row is locked, so they
+//!   strictly increase for every key;
+//! - one round trip per operation (prepared statements; a second only when a concurrent writer
+//!   changed the row between the statement's snapshot and its lock, then the statement is rerun);
+//! - a failure to reach the database, or an answer later than the statement timeout, is
+//!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
+//!   `tokio_postgres` and `deadpool_postgres`.
+
+pub(crate) mod migrations;
+mod statements;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+use crate::clock::{Clock, Millis};
+use crate::error::{Error, Result};
+use crate::format::Namespace;
+use crate::record::{
+    Checkpoint, Claim, Lease, LeaseLost, RecordInfo, RecordState, Replay, Response,
+};
+
+/// Connection settings of a store on PostgreSQL (see [`crate::Config::postgres`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) url: String,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) statement_timeout: Duration,
+    pub(crate) migrate: bool,
+}
+
+impl Settings {
+    pub(crate) fn new(url: String) -> Self {
+        Settings {
+            url,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            migrate: true,
+        }
+    }
+}
+
+/// Record states as stored in `idemdb_requests.state`.
+const PENDING: i16 = 0;
+const RELEASED: i16 = 1;
+const COMPLETED: i16 = 2;
+const FAILED: i16 = 3;
+
+/// How often a statement whose snapshot disagreed with its lock is rerun before giving up.
+const RERUNS: u32 = 8;
+
+/// A store on PostgreSQL: a connection pool, the store's id and its settings.
+pub(crate) struct PgStore {
+    pool: Pool,
+    store_id: u128,
+    statement_timeout: Duration,
+    /// Tests only: a clock whose reading replaces the database's (the conformance suite's
+    /// manual clock). `None` in every real store.
+    clock: Option<Arc<dyn Clock>>,
+}
+
+fn ns_code(ns: Namespace) -> i16 {
+    match ns {
+        Namespace::Requests => 0,
+        Namespace::Consumers => 1,
+    }
+}
+
+/// Classifies a database error once, at the boundary.
+fn classify(e: tokio_postgres::Error) -> Error {
+    match e.code() {
+        Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_OBJECT => {
+            Error::SchemaMismatch {
+                found: "no idemdb tables (the schema was never applied)".into(),
+                expected: migrations::current_version(),
+            }
+        }
+        Some(c) if *c == SqlState::QUERY_CANCELED => Error::Unavailable {
+            message: format!("PostgreSQL cancelled the statement (statement timeout): {e}"),
+        },
+        Some(c)
+            if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::LOCK_NOT_AVAILABLE =>
+        {
+            Error::Busy(format!("PostgreSQL: {e}"))
+        }
+        Some(c)
+            if c.code().starts_with("08")
+                || c.code().starts_with("57")
+                || c.code().starts_with("53") =>
+        {
+            Error::Unavailable {
+                message: format!("PostgreSQL: {e}"),
+            }
+        }
+        Some(_) => Error::Engine(format!("PostgreSQL: {e}")),
+        // No SQLSTATE: the connection failed or closed (I/O, TLS, protocol).
+        None => Error::Unavailable {
+            message: format!("PostgreSQL connection: {e}"),
+        },
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> Error {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => classify(e),
+        other => Error::Unavailable {
+            message: format!("PostgreSQL connection pool: {other}"),
+        },
+    }
+}
+
+fn to_i64(what: &'static str, v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| {
+        crate::error::InvalidInput::Duration {
+            what,
+            reason: format!("{v} ms does not fit the database's bigint"),
+        }
+        .into()
+    })
+}
+
+/// A database integer that must be a time or a counter: negative values are damage.
+fn from_i64(what: &'static str, v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| crate::error::corrupted(what, format!("negative value {v}")))
+}
+
+fn from_i32(what: &'static str, v: i32) -> Result<u32> {
+    u32::try_from(v).map_err(|_| crate::error::corrupted(what, format!("negative value {v}")))
+}
+
+fn encode_meta(meta: &BTreeMap<String, String>) -> Vec<String> {
+    meta.iter()
+        .flat_map(|(k, v)| [k.clone(), v.clone()])
+        .collect()
+}
+
+fn decode_meta(flat: Option<Vec<String>>) -> Result<BTreeMap<String, String>> {
+    let flat = flat.unwrap_or_default();
+    if !flat.len().is_multiple_of(2) {
+        return Err(crate::error::corrupted(
+            "response metadata",
+            "an odd number of key/value entries",
+        ));
+    }
+    let mut it = flat.into_iter();
+    let mut meta = BTreeMap::new();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        meta.insert(k, v);
+    }
+    Ok(meta)
+}
+
+fn response(body: Option<Vec<u8>>, meta: Option<Vec<String>>) -> Result<Response> {
+    Ok(Response {
+        body: body.unwrap_or_default(),
+        meta: decode_meta(meta)?,
+    })
+}
+
+fn checkpoint(phase: Option<String>, state: Option<Vec<u8>>) -> Option<Checkpoint> {
+    phase.map(|phase| Checkpoint {
+        phase,
+        state: state.unwrap_or_default(),
+    })
+}
+
+/// What a holder's call (complete, fail, renew, checkpoint) asks the row to become.
+pub(crate) enum HolderChange {
+    Complete(Response),
+    FailTerminal(Response),
+    Release,
+    Renew(Millis),
+    Checkpoint(Checkpoint),
+}
+
+impl PgStore {
+    /// Connects, applies the migrations if asked (or checks the schema version), and reads the
+    /// store's id.
+    pub(crate) async fn open(s: &Settings, clock: Option<Arc<dyn Clock>>) -> Result<PgStore> {
+        let store = Self::connect(s, clock)?;
+        if s.migrate {
+            store.migrate_up(None).await?;
+        }
+        let version = store.schema_version().await?;
+        if version != migrations::current_version() {
+            return Err(Error::SchemaMismatch {
+                found: match version {
+                    0 => "no idemdb schema".into(),
+                    v => format!("schema version {v}"),
+                },
+                expected: migrations::current_version(),
+            });
+        }
+        let row = store
+            .timed(async {
+                let c = store.pool.get().await.map_err(pool_error)?;
+                c.query_one("SELECT store_id FROM idemdb_meta", &[])
+                    .await
+                    .map_err(classify)
+            })
+            .await?;
+        let id: Vec<u8> = row.get(0);
+        let id = <[u8; 16]>::try_from(id.as_slice())
+            .map_err(|_| crate::error::corrupted("idemdb_meta.store_id", "not 16 bytes"))?;
+        Ok(PgStore {
+            store_id: u128::from_be_bytes(id),
+            ..store
+        })
+    }
+
+    /// A pool for the database at `s.url`, not yet connected, checking nothing (for the
+    /// migration commands, which must work on any schema version).
+    pub(crate) fn connect(s: &Settings, clock: Option<Arc<dyn Clock>>) -> Result<PgStore> {
+        let mut pg: tokio_postgres::Config = s.url.parse().map_err(|e| {
+            Error::InvalidInput(crate::error::InvalidInput::Config(format!(
+                "PostgreSQL URL {:?}: {e}",
+                redact(&s.url)
+            )))
+        })?;
+        pg.connect_timeout(s.connect_timeout);
+        pg.application_name("idemdb");
+        // Keep the URL's own options (a search_path, for example) and add the timeout.
+        let options = format!(
+            "{} -c statement_timeout={}",
+            pg.get_options().unwrap_or_default(),
+            s.statement_timeout.as_millis()
+        );
+        pg.options(options.trim_start());
+        let mgr = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(s.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(s.connect_timeout))
+            .create_timeout(Some(s.connect_timeout))
+            .recycle_timeout(Some(s.connect_timeout))
+            .build()
+            .map_err(|e| Error::InvalidInput(crate::error::InvalidInput::Config(e.to_string())))?;
+        Ok(PgStore {
+            pool,
+            store_id: 0,
+            statement_timeout: s.statement_timeout,
+            clock,
+        })
+    }
+
+    /// Bounds a database call by the statement timeout (plus a second for the network): a
+    /// database that does not answer is [`Error::Unavailable`], never a hang.
+    async fn timed<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.statement_timeout + Duration::from_secs(1), f).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Unavailable {
+                message: format!(
+                    "PostgreSQL did not answer within {:?}",
+                    self.statement_timeout + Duration::from_secs(1)
+                ),
+            }),
+        }
+    }
+
+    /// The clock override as a statement parameter (`NULL`: the database's clock).
+    fn now_param(&self) -> Option<i64> {
+        self.clock
+            .as_ref()
+            .map(|c| i64::try_from(c.now_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The highest applied schema version (0: none).
+    pub(crate) async fn schema_version(&self) -> Result<i32> {
+        self.timed(async {
+            let c = self.bookkept().await?;
+            let row = c
+                .query_one(
+                    "SELECT COALESCE(max(version), 0) FROM idemdb_migrations",
+                    &[],
+                )
+                .await
+                .map_err(classify)?;
+            Ok(row.get::<_, i32>(0))
+        })
+        .await
+    }
+
+    /// A pooled connection on which the bookkeeping table exists.
+    async fn bookkept(&self) -> Result<deadpool_postgres::Object> {
+        let c = self.pool.get().await.map_err(pool_error)?;
+        c.batch_execute(migrations::BOOKKEEPING)
+            .await
+            .map_err(classify)?;
+        Ok(c)
+    }
+
+    /// Applies every migration above the current version, up to `to` (default: all), each in
+    /// its own transaction under the advisory lock. Returns the versions applied.
+    pub(crate) async fn migrate_up(&self, to: Option<i32>) -> Result<Vec<i32>> {
+        let mut c = self.bookkept().await?;
+        let mut applied = Vec::new();
+        for m in migrations::MIGRATIONS {
+            if to.is_some_and(|t| m.version > t) {
+                break;
+            }
+            if run_step(&mut c, m, true).await? {
+                applied.push(m.version);
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Undoes the applied migrations above version `to` (0: all of them, dropping every idemdb
+    /// table and its data), newest first. Returns the versions undone.
+    pub(crate) async fn migrate_down(&self, to: i32) -> Result<Vec<i32>> {
+        let mut c = self.bookkept().await?;
+        let mut undone = Vec::new();
+        for m in migrations::MIGRATIONS.iter().rev() {
+            if m.version <= to {
+                break;
+            }
+            if run_step(&mut c, m, false).await? {
+                undone.push(m.version);
+            }
+        }
+        Ok(undone)
+    }
+
+    /// The applied migrations: (version, name, applied at, as text).
+    pub(crate) async fn migration_status(&self) -> Result<Vec<(i32, String, String)>> {
+        let c = self.bookkept().await?;
+        let rows = c
+            .query(
+                "SELECT version, name, applied_at::text FROM idemdb_migrations ORDER BY version",
+                &[],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// The database's time in milliseconds (or the test clock's).
+    pub(crate) async fn now(&self) -> Result<Millis> {
+        let now = self.now_param();
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            let st = c.prepare_cached(statements::NOW).await.map_err(classify)?;
+            let row = c.query_one(&st, &[&now]).await.map_err(classify)?;
+            from_i64("database time", row.get(0))
+        })
+        .await
+    }
+
+    /// Claims a key: one statement decides (acquire, or not); its answer tells what was found.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        lease_ms: u64,
+        retention_ms: u64,
+    ) -> Result<Claim> {
+        let (lease_ms, retention_ms) = (
+            to_i64("lease", lease_ms)?,
+            to_i64("retention", retention_ms)?,
+        );
+        let ns_c = ns_code(ns);
+        for _ in 0..RERUNS {
+            let now = self.now_param();
+            let row = self
+                .timed(async {
+                    let c = self.pool.get().await.map_err(pool_error)?;
+                    let st = c
+                        .prepare_cached(statements::CLAIM)
+                        .await
+                        .map_err(classify)?;
+                    c.query_opt(
+                        &st,
+                        &[
+                            &ns_c,
+                            &tenant,
+                            &key,
+                            &fingerprint,
+                            &lease_ms,
+                            &retention_ms,
+                            &now,
+                        ],
+                    )
+                    .await
+                    .map_err(classify)
+                })
+                .await?;
+            // No row: the key's row was committed by another claim after this statement's
+            // snapshot, and that claim's lease is live: run the statement again to read it.
+            let Some(row) = row else { continue };
+            let acquired: bool = row.get("acquired");
+            let fence = from_i64("fence", row.get("fence"))?;
+            let lease_until = from_i64("lease_until", row.get("lease_until"))?;
+            if acquired {
+                return Ok(Claim::Acquired(Lease {
+                    tenant: tenant.to_vec(),
+                    key: key.to_vec(),
+                    fence,
+                    until: lease_until,
+                    attempt: from_i32("attempts", row.get("attempts"))?,
+                    takeover: row.get("taken_over"),
+                    checkpoint: checkpoint(
+                        row.get("checkpoint_phase"),
+                        row.get("checkpoint_state"),
+                    ),
+                    store_id: self.store_id,
+                    ns,
+                }));
+            }
+            let now = from_i64("database time", row.get("now"))?;
+            let expires_at = from_i64("expires_at", row.get("expires_at"))?;
+            let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
+            let state: Option<i16> = row.get("state");
+            if expires_at <= now {
+                continue; // expired in the snapshot but not for the lock: changed meanwhile
+            }
+            if stored_fp.as_deref() != Some(fingerprint) {
+                return Ok(Claim::Mismatch);
+            }
+            let replay = |row: &tokio_postgres::Row| -> Result<Replay> {
+                Ok(Replay {
+                    response: response(row.get("response_body"), row.get("response_meta"))?,
+                    finished_at: from_i64(
+                        "finished_at",
+                        row.get::<_, Option<i64>>("finished_at").unwrap_or(0),
+                    )?,
+                })
+            };
+            match state {
+                Some(COMPLETED) => return Ok(Claim::Completed(replay(&row)?)),
+                Some(FAILED) => return Ok(Claim::Failed(replay(&row)?)),
+                Some(PENDING) if lease_until > now => {
+                    return Ok(Claim::InProgress {
+                        retry_after: Duration::from_millis(lease_until - now),
+                    })
+                }
+                Some(PENDING | RELEASED) => continue, // acquirable in the snapshot only
+                other => {
+                    return Err(crate::error::corrupted(
+                        "request row",
+                        format!("unknown state {other:?}"),
+                    ))
+                }
+            }
+        }
+        Err(Error::Contention { attempts: RERUNS })
+    }
+
+    /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending`; when it changes
+    /// nothing, the same statement's answer says why.
+    pub(crate) async fn holder(
+        &self,
+        lease: &Lease,
+        change: HolderChange,
+    ) -> Result<std::result::Result<Millis, LeaseLost>> {
+        if lease.store_id != self.store_id {
+            return Err(Error::ForeignLease);
+        }
+        let ns_c = ns_code(lease.ns);
+        let fence = to_i64("fence", lease.fence)?;
+        let (sql, a, b): (&str, Param, Param) = match &change {
+            HolderChange::Complete(r) => (
+                statements::COMPLETE,
+                Param::Bytes(r.body.clone()),
+                Param::Texts(encode_meta(&r.meta)),
+            ),
+            HolderChange::FailTerminal(r) => (
+                statements::FAIL_TERMINAL,
+                Param::Bytes(r.body.clone()),
+                Param::Texts(encode_meta(&r.meta)),
+            ),
+            HolderChange::Release => (statements::RELEASE, Param::None, Param::None),
+            HolderChange::Renew(extra) => (
+                statements::RENEW,
+                Param::Int(to_i64("renewal", *extra)?),
+                Param::None,
+            ),
+            HolderChange::Checkpoint(cp) => (
+                statements::CHECKPOINT,
+                Param::Text(cp.phase.clone()),
+                Param::Bytes(cp.state.clone()),
+            ),
+        };
+        for _ in 0..RERUNS {
+            let now = self.now_param();
+            let row = self
+                .timed(async {
+                    let c = self.pool.get().await.map_err(pool_error)?;
+                    let st = c.prepare_cached(sql).await.map_err(classify)?;
+                    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                        vec![&ns_c, &lease.tenant, &lease.key, &fence, &now];
+                    for p in [&a, &b] {
+                        if let Some(p) = p.as_sql() {
+                            params.push(p);
+                        }
+                    }
+                    c.query_one(&st, &params).await.map_err(classify)
+                })
+                .await?;
+            if let Some(until) = row.get::<_, Option<i64>>("done_until") {
+                return Ok(Ok(from_i64("lease_until", until)?));
+            }
+            let state: Option<i16> = row.get("state");
+            let expired: Option<bool> = row.get("expired");
+            let current: Option<i64> = row.get("fence");
+            return Ok(Err(match (state, expired, current) {
+                (None, ..) | (_, Some(true), _) => LeaseLost::Gone,
+                (Some(COMPLETED | FAILED), ..) => LeaseLost::Finished,
+                (Some(RELEASED), ..) => LeaseLost::Released,
+                (Some(PENDING), _, Some(f)) if f != fence => LeaseLost::TakenOver {
+                    current_fence: from_i64("fence", f)?,
+                },
+                // Ours in the snapshot, changed before the update locked it: ask again.
+                _ => continue,
+            }));
+        }
+        Err(Error::Contention { attempts: RERUNS })
+    }
+
+    /// A record as stored, if live.
+    pub(crate) async fn get(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+    ) -> Result<Option<RecordInfo>> {
+        let ns_c = ns_code(ns);
+        let now = self.now_param();
+        let row = self
+            .timed(async {
+                let c = self.pool.get().await.map_err(pool_error)?;
+                let st = c.prepare_cached(statements::GET).await.map_err(classify)?;
+                c.query_opt(&st, &[&ns_c, &tenant, &key, &now])
+                    .await
+                    .map_err(classify)
+            })
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let replay = || -> Result<Replay> {
+            Ok(Replay {
+                response: response(row.get("response_body"), row.get("response_meta"))?,
+                finished_at: from_i64(
+                    "finished_at",
+                    row.get::<_, Option<i64>>("finished_at").unwrap_or(0),
+                )?,
+            })
+        };
+        let state = match row.get::<_, i16>("state") {
+            PENDING => RecordState::Pending {
+                lease_until: from_i64("lease_until", row.get("lease_until"))?,
+            },
+            RELEASED => RecordState::Released,
+            COMPLETED => RecordState::Completed(replay()?),
+            FAILED => RecordState::Failed(replay()?),
+            other => {
+                return Err(crate::error::corrupted(
+                    "request row",
+                    format!("unknown state {other}"),
+                ))
+            }
+        };
+        Ok(Some(RecordInfo {
+            state,
+            fingerprint: row.get("fingerprint"),
+            created_at: from_i64("created_at", row.get("created_at"))?,
+            expires_at: from_i64("expires_at", row.get("expires_at"))?,
+            fence: from_i64("fence", row.get("fence"))?,
+            attempts: from_i32("attempts", row.get("attempts"))?,
+            takeovers: from_i32("takeovers", row.get("takeovers"))?,
+            checkpoint: checkpoint(row.get("checkpoint_phase"), row.get("checkpoint_state")),
+        }))
+    }
+
+    /// Deletes a record whatever its state; whether a row was there.
+    pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
+        let ns_c = ns_code(ns);
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            let st = c
+                .prepare_cached(statements::FORGET)
+                .await
+                .map_err(classify)?;
+            Ok(c.execute(&st, &[&ns_c, &tenant, &key])
+                .await
+                .map_err(classify)?
+                > 0)
+        })
+        .await
+    }
+
+    /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
+    /// transaction holds; how many were deleted.
+    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let now = self.now_param();
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            let st = c
+                .prepare_cached(statements::SWEEP)
+                .await
+                .map_err(classify)?;
+            let n = c.execute(&st, &[&limit, &now]).await.map_err(classify)?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .await
+    }
+}
+
+/// Runs one migration step, up or down, in its own transaction under the advisory lock; whether
+/// it ran (not when the bookkeeping says it is already applied, or not applied).
+async fn run_step(
+    c: &mut deadpool_postgres::Object,
+    m: &migrations::Migration,
+    up: bool,
+) -> Result<bool> {
+    let tx = c.transaction().await.map_err(classify)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&migrations::LOCK_KEY])
+        .await
+        .map_err(classify)?;
+    let applied = tx
+        .query_opt(
+            "SELECT 1 FROM idemdb_migrations WHERE version = $1",
+            &[&m.version],
+        )
+        .await
+        .map_err(classify)?
+        .is_some();
+    let runs = applied != up;
+    if runs && up {
+        tx.batch_execute(m.up).await.map_err(classify)?;
+        tx.execute(
+            "INSERT INTO idemdb_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await
+        .map_err(classify)?;
+    } else if runs {
+        tx.batch_execute(m.down).await.map_err(classify)?;
+        tx.execute(
+            "DELETE FROM idemdb_migrations WHERE version = $1",
+            &[&m.version],
+        )
+        .await
+        .map_err(classify)?;
+    }
+    tx.commit().await.map_err(classify)?;
+    Ok(runs)
+}
+
+/// An optional extra statement parameter of a holder's call.
+enum Param {
+    None,
+    Bytes(Vec<u8>),
+    Texts(Vec<String>),
+    Text(String),
+    Int(i64),
+}
+
+impl Param {
+    fn as_sql(&self) -> Option<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        match self {
+            Param::None => None,
+            Param::Bytes(v) => Some(v),
+            Param::Texts(v) => Some(v),
+            Param::Text(v) => Some(v),
+            Param::Int(v) => Some(v),
+        }
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((creds, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match creds.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}

@@ -1,0 +1,133 @@
+//! Opens a store of each backend for one test.
+
+use std::time::Duration;
+
+use idemdb::{AsyncStore, Config, Durability, ManualClock};
+
+/// The PostgreSQL server of the suite.
+pub fn pg_url() -> String {
+    std::env::var("IDEMDB_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A store under test, its manual clock, and what to remove afterwards.
+pub struct Harness {
+    pub store: AsyncStore,
+    pub clock: ManualClock,
+    _dir: Option<tempfile::TempDir>,
+    schema: Option<String>,
+}
+
+impl Harness {
+    /// An embedded store (synced, so that its calls run on the blocking pool as in production).
+    pub async fn embedded(settings: fn(Config) -> Config) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::default();
+        let cfg = settings(
+            Config::new(dir.path())
+                .clock(clock.clone())
+                .durability(Durability::Synced)
+                .sweep_interval(None),
+        );
+        let store = cfg.open_async().await.unwrap();
+        Harness {
+            store,
+            clock,
+            _dir: Some(dir),
+            schema: None,
+        }
+    }
+
+    /// A PostgreSQL store in a new schema named after the test (dropped first if a failed run
+    /// left it behind).
+    pub async fn postgres(test: &str, settings: fn(Config) -> Config) -> Harness {
+        let schema = schema_name(test);
+        admin(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await;
+        let clock = ManualClock::default();
+        let cfg = settings(
+            Config::postgres(in_schema(&schema))
+                .clock(clock.clone())
+                .postgres_test_clock()
+                .pool_size(8),
+        );
+        let store = cfg.open_async().await.unwrap();
+        Harness {
+            store,
+            clock,
+            _dir: None,
+            schema: Some(schema),
+        }
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+
+    /// Drops the test's schema (PostgreSQL).
+    pub async fn cleanup(self) {
+        if let Some(schema) = &self.schema {
+            drop(self.store);
+            admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+        }
+    }
+}
+
+/// The schema of a test: its module path, in characters PostgreSQL takes unquoted.
+pub fn schema_name(test: &str) -> String {
+    let mut s: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.truncate(55);
+    format!("idemdb_t_{s}")
+}
+
+/// The suite's URL with `search_path` set to `schema`.
+pub fn in_schema(schema: &str) -> String {
+    format!("{}?options=-c%20search_path%3D{schema}", pg_url())
+}
+
+/// Runs SQL as the suite's administrator; fails the test naming the server if it is down.
+pub async fn admin(sql: &str) {
+    let url = pg_url();
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("PostgreSQL at {url} is needed by this test and cannot be reached: {e}")
+        });
+    let task = tokio::spawn(conn);
+    client.batch_execute(sql).await.unwrap();
+    drop(client);
+    let _ = task.await;
+}
+
+/// Defines `embedded` and `postgres` tests that run `check` (an `async fn(&Harness)`) on a
+/// store of each backend, opened with `settings` (default: the defaults).
+macro_rules! on_both_backends {
+    ($check:path) => {
+        on_both_backends!($check, |c| c);
+    };
+    ($check:path, $settings:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn embedded() {
+            let h = $crate::harness::Harness::embedded($settings).await;
+            $check(&h).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            let h = $crate::harness::Harness::postgres(module_path!(), $settings).await;
+            $check(&h).await;
+            h.cleanup().await;
+        }
+    };
+}

@@ -1,0 +1,23 @@
+//! The conformance suite: the request-record behaviours, written once against the async API
+//! (`AsyncStore`) and run against both backends: the embedded store (a new directory per test)
+//! and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres`; `IDEMDB_TEST_POSTGRES`
+//! overrides the URL), each test in its own schema, so tests run in parallel without meeting.
+//! Every module checks one behaviour; its `embedded` and `postgres` tests run the same check.
+//! Both stores run on a manual clock (on PostgreSQL through a test-only hook that replaces the
+//! database's clock in every statement), so expiry and takeover are exact. A test that cannot
+//! reach PostgreSQL fails, naming it.
+
+#[macro_use]
+mod harness;
+
+mod bad_input_is_refused_and_changes_nothing;
+mod concurrent_claims_have_exactly_one_winner;
+mod expired_lease_is_taken_over_and_stale_holder_refused;
+mod fencing_tokens_increase_for_every_key;
+mod first_claim_acquires_and_retries_replay;
+mod forgotten_record_is_gone_for_its_holder;
+mod records_expire_and_are_swept;
+mod records_match_the_model;
+mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
+mod retryable_failure_releases_and_terminal_failure_replays;
+mod schema_migrates_up_and_down;

@@ -1,0 +1,388 @@
+//! The model-based test of request records, on both backends: random sequences of claims (two
+//! tenants, three keys, two fingerprints, leases and retentions of seconds), completions,
+//! failures, renewals, checkpoints, forgets, sweeps and clock steps run against the store and a
+//! reference model; every outcome and, after every step, the state of every key must equal the
+//! model's. Fencing tokens are the one thing the backends issue differently (blocks on disk, a
+//! sequence on PostgreSQL): the model takes each acquisition's token from the store, after
+//! checking that it is greater than every token seen before, and predicts every later use of it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use idemdb::{
+    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
+    Response,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
+
+use crate::harness::Harness;
+
+const TENANTS: [&str; 2] = ["ta", "tb"];
+const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+const FPS: [&[u8]; 2] = [b"fp-a", b"fp-b"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim {
+        t: usize,
+        k: usize,
+        fp: usize,
+        lease_s: u64,
+        ret_s: u64,
+    },
+    Complete {
+        lease: usize,
+        body: u8,
+    },
+    FailRetry {
+        lease: usize,
+    },
+    FailTerminal {
+        lease: usize,
+        body: u8,
+    },
+    Renew {
+        lease: usize,
+        s: u64,
+    },
+    Checkpoint {
+        lease: usize,
+        phase: u8,
+    },
+    Forget {
+        t: usize,
+        k: usize,
+    },
+    Advance {
+        s: u64,
+    },
+    Sweep {
+        limit: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..2usize, 0..3usize, 0..2usize, 1..40u64, 20..120u64).prop_map(
+            |(t, k, fp, lease_s, ret_s)| Op::Claim { t, k, fp, lease_s: lease_s.min(ret_s), ret_s }
+        ),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(lease, body)| Op::Complete { lease, body }),
+        1 => any::<usize>().prop_map(|lease| Op::FailRetry { lease }),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(lease, body)| Op::FailTerminal { lease, body }),
+        1 => (any::<usize>(), 1..60u64).prop_map(|(lease, s)| Op::Renew { lease, s }),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(lease, phase)| Op::Checkpoint { lease, phase }),
+        1 => (0..2usize, 0..3usize).prop_map(|(t, k)| Op::Forget { t, k }),
+        3 => (1..60u64).prop_map(|s| Op::Advance { s }),
+        1 => (1..4usize).prop_map(|limit| Op::Sweep { limit }),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum MState {
+    Pending(u64),
+    Released,
+    Completed(Response, u64),
+    Failed(Response, u64),
+}
+
+#[derive(Debug, Clone)]
+struct MRec {
+    fp: Vec<u8>,
+    created_at: u64,
+    expires_at: u64,
+    fence: u64,
+    attempts: u32,
+    takeovers: u32,
+    checkpoint: Option<Checkpoint>,
+    state: MState,
+}
+
+#[derive(Default)]
+struct Model {
+    now: u64,
+    recs: BTreeMap<(usize, usize), MRec>,
+    max_fence: u64,
+}
+
+fn resp(body: u8) -> Response {
+    Response::new(vec![body; usize::from(body % 5)]).with_status(200 + u16::from(body % 3))
+}
+
+impl Model {
+    fn live(&self, id: (usize, usize)) -> Option<&MRec> {
+        self.recs.get(&id).filter(|r| r.expires_at > self.now)
+    }
+
+    /// The claim's answer; an acquisition's token comes from `got` (checked to be new).
+    fn claim(
+        &mut self,
+        id: (usize, usize),
+        fp: &[u8],
+        lease_s: u64,
+        ret_s: u64,
+        got: &Claim,
+    ) -> Claim {
+        let now = self.now;
+        let until = now + lease_s * 1000;
+        let Some(rec) = self.live(id).cloned() else {
+            let f = new_fence(&mut self.max_fence, got);
+            self.recs.insert(
+                id,
+                MRec {
+                    fp: fp.to_vec(),
+                    created_at: now,
+                    expires_at: now + ret_s * 1000,
+                    fence: f,
+                    attempts: 1,
+                    takeovers: 0,
+                    checkpoint: None,
+                    state: MState::Pending(until),
+                },
+            );
+            return acquired(got, f, until, 1, false, None);
+        };
+        if rec.fp != fp {
+            return Claim::Mismatch;
+        }
+        match rec.state {
+            MState::Completed(r, at) => Claim::Completed(Replay {
+                response: r,
+                finished_at: at,
+            }),
+            MState::Failed(r, at) => Claim::Failed(Replay {
+                response: r,
+                finished_at: at,
+            }),
+            MState::Pending(u) if u > now => Claim::InProgress {
+                retry_after: Duration::from_millis(u - now),
+            },
+            MState::Pending(_) | MState::Released => {
+                let takeover = matches!(rec.state, MState::Pending(_));
+                let f = new_fence(&mut self.max_fence, got);
+                let r = self.recs.get_mut(&id).unwrap();
+                r.fence = f;
+                r.attempts += 1;
+                r.takeovers += u32::from(takeover);
+                r.expires_at = r.expires_at.max(until);
+                r.state = MState::Pending(until);
+                acquired(got, f, until, r.attempts, takeover, r.checkpoint.clone())
+            }
+        }
+    }
+
+    fn holder(&mut self, id: (usize, usize), fence: u64) -> Result<&mut MRec, LeaseLost> {
+        let now = self.now;
+        let Some(r) = self.recs.get_mut(&id).filter(|r| r.expires_at > now) else {
+            return Err(LeaseLost::Gone);
+        };
+        match r.state {
+            MState::Completed(..) | MState::Failed(..) => Err(LeaseLost::Finished),
+            MState::Released => Err(LeaseLost::Released),
+            MState::Pending(_) if r.fence != fence => Err(LeaseLost::TakenOver {
+                current_fence: r.fence,
+            }),
+            MState::Pending(_) => Ok(r),
+        }
+    }
+
+    fn info(&self, id: (usize, usize)) -> Option<RecordInfo> {
+        let r = self.live(id)?;
+        Some(RecordInfo {
+            state: match &r.state {
+                MState::Pending(u) => RecordState::Pending { lease_until: *u },
+                MState::Released => RecordState::Released,
+                MState::Completed(x, at) => RecordState::Completed(Replay {
+                    response: x.clone(),
+                    finished_at: *at,
+                }),
+                MState::Failed(x, at) => RecordState::Failed(Replay {
+                    response: x.clone(),
+                    finished_at: *at,
+                }),
+            },
+            fingerprint: r.fp.clone(),
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            fence: r.fence,
+            attempts: r.attempts,
+            takeovers: r.takeovers,
+            checkpoint: r.checkpoint.clone(),
+        })
+    }
+}
+
+/// The token of an acquisition, checked to be greater than every token seen before.
+fn new_fence(max_fence: &mut u64, got: &Claim) -> u64 {
+    let Claim::Acquired(l) = got else { return 0 };
+    assert!(
+        l.fence() > *max_fence,
+        "token {} after {max_fence}",
+        l.fence()
+    );
+    *max_fence = l.fence();
+    l.fence()
+}
+
+/// The model's acquisition, in the store's `Lease` (whose other fields the model predicts):
+/// equal to `got` exactly when the store agrees.
+fn acquired(
+    got: &Claim,
+    fence: u64,
+    until: u64,
+    attempt: u32,
+    takeover: bool,
+    cp: Option<Checkpoint>,
+) -> Claim {
+    match got {
+        Claim::Acquired(l)
+            if l.fence() == fence
+                && l.lease_until() == until
+                && l.attempt() == attempt
+                && l.is_takeover() == takeover
+                && l.checkpoint() == cp.as_ref() =>
+        {
+            got.clone()
+        }
+        _ => panic!(
+            "expected an acquisition (token {fence}, until {until}, attempt {attempt}, \
+             takeover {takeover}, checkpoint {cp:?}), got {got:?}"
+        ),
+    }
+}
+
+async fn run(h: &Harness, case: usize, ops: Vec<Op>) {
+    let s = &h.store;
+    // Each case its own keys: a tenant prefix per case.
+    let tenant = |t: usize| format!("{}{case}", TENANTS[t]);
+    let mut model = Model::default();
+    let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        model.now = s.now().await.unwrap();
+        let ctx = format!("case {case} step {step}: {op:?}");
+        match op {
+            Op::Claim {
+                t,
+                k,
+                fp,
+                lease_s,
+                ret_s,
+            } => {
+                let o = ClaimOptions::default()
+                    .lease(Duration::from_secs(lease_s))
+                    .retention(Duration::from_secs(ret_s));
+                let got = s.claim(tenant(t), KEYS[k], FPS[fp], o).await.unwrap();
+                let want = model.claim((t, k), FPS[fp], lease_s, ret_s, &got);
+                assert_eq!(got, want, "{ctx}");
+                if let Claim::Acquired(l) = got {
+                    leases.push((l, (t, k)));
+                }
+            }
+            Op::Advance { s: secs } => h.advance(Duration::from_secs(secs)),
+            Op::Forget { t, k } => {
+                let existed = s.forget(tenant(t), KEYS[k]).await.unwrap();
+                if model.live((t, k)).is_some() {
+                    assert!(existed, "{ctx}");
+                }
+                model.recs.remove(&(t, k));
+            }
+            Op::Sweep { limit } => {
+                s.sweep(limit).await.unwrap();
+            }
+            _ if leases.is_empty() => {}
+            Op::Complete { lease, body } | Op::FailTerminal { lease, body } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let terminal = matches!(op, Op::FailTerminal { .. });
+                let got = if terminal {
+                    s.fail(l, FailKind::Terminal(resp(body))).await.unwrap()
+                } else {
+                    s.complete(l, resp(body)).await.unwrap()
+                };
+                let now = model.now;
+                let want = model.holder(*id, l.fence()).map(|r| {
+                    r.checkpoint = None;
+                    r.state = if terminal {
+                        MState::Failed(resp(body), now)
+                    } else {
+                        MState::Completed(resp(body), now)
+                    };
+                });
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::FailRetry { lease } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let got = s.fail(l, FailKind::Retryable).await.unwrap();
+                let want = model
+                    .holder(*id, l.fence())
+                    .map(|r| r.state = MState::Released);
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Renew { lease, s: secs } => {
+                let i = lease % leases.len();
+                let (id, fence) = (leases[i].1, leases[i].0.fence());
+                let got = s
+                    .renew(&mut leases[i].0, Duration::from_secs(secs))
+                    .await
+                    .unwrap();
+                let until = model.now + secs * 1000;
+                let want = model.holder(id, fence).map(|r| {
+                    r.state = MState::Pending(until);
+                    r.expires_at = r.expires_at.max(until);
+                });
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Checkpoint { lease, phase } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let cp = Checkpoint {
+                    phase: format!("p{phase}"),
+                    state: vec![phase; 2],
+                };
+                let got = s
+                    .checkpoint(l, cp.phase.clone(), cp.state.clone())
+                    .await
+                    .unwrap();
+                let want = model
+                    .holder(*id, l.fence())
+                    .map(|r| r.checkpoint = Some(cp));
+                assert_eq!(got, want, "{ctx}");
+            }
+        }
+        model.now = s.now().await.unwrap();
+        for t in 0..TENANTS.len() {
+            for (k, key) in KEYS.iter().enumerate() {
+                let got = s.get(tenant(t), key).await.unwrap();
+                assert_eq!(
+                    got,
+                    model.info((t, k)),
+                    "{ctx}: state of {}/{key}",
+                    tenant(t)
+                );
+            }
+        }
+    }
+}
+
+/// Proptest drives the cases (and shrinks a failing one) on this thread, each case run to its
+/// end on the test's runtime; every case (shrinking steps too) uses tenants of its own.
+async fn check(h: &Harness) {
+    let rt = tokio::runtime::Handle::current();
+    let cases = std::sync::atomic::AtomicUsize::new(0);
+    let strategy = proptest::collection::vec(op(), 1..60);
+    let result = tokio::task::block_in_place(|| {
+        let mut runner = TestRunner::new(PtConfig {
+            cases: 24,
+            failure_persistence: None,
+            ..PtConfig::default()
+        });
+        runner.run(&strategy, |ops| {
+            let case = cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(run(h, case, ops));
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+on_both_backends!(check);
