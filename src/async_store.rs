@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use crate::clock::Millis;
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
+#[cfg(feature = "postgres")]
 use crate::format::Namespace;
 use crate::record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
@@ -124,6 +125,8 @@ impl AsyncStore {
     ) -> Result<Claim> {
         let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
         let opts = *opts.borrow();
+        // The same checks on both backends; the embedded store's claim repeats them (cheaply).
+        #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
         let (lease_ms, retention_ms) =
             crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
         match &self.backend {

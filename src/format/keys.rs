@@ -123,6 +123,7 @@ fn push_part(out: &mut Vec<u8>, part: &[u8]) {
 }
 
 /// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
+#[cfg_attr(not(any(test, feature = "__internal")), allow(dead_code))]
 pub(crate) fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (tenant, rest) = take_part(bytes)?;
     let (key, rest) = take_part(rest)?;

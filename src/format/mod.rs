@@ -13,7 +13,9 @@ pub(crate) use bin::{
     to_bincode, unseal_bincode,
 };
 pub(crate) use envelope::{seal, unseal, FORMAT};
+#[cfg(feature = "__internal")]
+pub(crate) use keys::split_record_key;
 pub(crate) use keys::{
-    composite, entity_key, index_bound, index_key, record_key, split_index_key, split_record_key,
-    Kind, Namespace, RecordKey,
+    composite, entity_key, index_bound, index_key, record_key, split_index_key, Kind, Namespace,
+    RecordKey,
 };

@@ -234,7 +234,9 @@ impl PgStore {
             )))
         })?;
         pg.connect_timeout(s.connect_timeout);
-        pg.application_name("idemdb");
+        if pg.get_application_name().is_none() {
+            pg.application_name("idemdb");
+        }
         // Keep the URL's own options (a search_path, for example) and add the timeout.
         let options = format!(
             "{} -c statement_timeout={}",

@@ -12,6 +12,7 @@ mod harness;
 
 mod bad_input_is_refused_and_changes_nothing;
 mod concurrent_claims_have_exactly_one_winner;
+mod database_faults_never_run_an_effect_twice;
 mod expired_lease_is_taken_over_and_stale_holder_refused;
 mod fencing_tokens_increase_for_every_key;
 mod first_claim_acquires_and_retries_replay;
@@ -21,3 +22,4 @@ mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;
+mod skewed_instance_clocks_change_nothing;

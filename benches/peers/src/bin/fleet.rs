@@ -1,0 +1,539 @@
+//! Fleet-mode comparison: idemdb on PostgreSQL (the async `AsyncStore`) against a hand-written
+//! single-statement PostgreSQL recipe, the Redis `SET NX` recipe and the embedded store behind the
+//! same async API, at 1, 4 and 16 concurrent tasks, printed as one Markdown table.
+//!
+//! ```text
+//! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--smoke]
+//! ```
+//!
+//! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
+//! *complete* (a 32-byte fingerprint, a 256-byte response), timed per key; then a *replay* of
+//! every key as a duplicate would send it. Round trips per operation: idemdb on PostgreSQL, claim
+//! 1 + complete 1, replay 1; the hand-written recipe the same (one `INSERT ... ON CONFLICT DO
+//! NOTHING` statement that also returns the existing row, one `UPDATE`); Redis `SET NX PX` + `SET
+//! XX PX`, replay `SET NX` then `GET` (2); the embedded store none.
+//!
+//! PostgreSQL at 127.0.0.1:5432 (database `test`, user `postgres`, trust), Redis at
+//! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb and the recipe
+//! each use their own schema (created and dropped here), with `synchronous_commit` as the server
+//! has it (stated in the output); one pooled connection per task for both.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Durability, Response};
+use tokio_postgres::NoTls;
+
+type R<T> = Result<T, String>;
+
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const REDIS_ADDR: &str = "127.0.0.1:6379";
+const FP: [u8; 32] = [7; 32];
+const RESP_LEN: usize = 256;
+
+struct Settings {
+    keys: usize,
+    tasks: Vec<usize>,
+}
+
+fn parse_args() -> R<Settings> {
+    let mut s = Settings {
+        keys: 3000,
+        tasks: vec![1, 4, 16],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--keys" => s.keys = value()?.parse().map_err(|e| format!("--keys: {e}"))?,
+            "--tasks" => {
+                s.tasks = value()?
+                    .split(',')
+                    .map(|t| t.parse().map_err(|e| format!("--tasks: {e}")))
+                    .collect::<R<_>>()?
+            }
+            "--smoke" => {
+                s.keys = 64;
+                s.tasks = vec![1, 4];
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(s)
+}
+
+/// One system under test: claim+complete of a fresh key, and a replay of a completed one.
+trait System: Send + Sync {
+    fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a>;
+    fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a>;
+}
+
+type BoxFut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = R<()>> + Send + 'a>>;
+
+fn body() -> Vec<u8> {
+    vec![42u8; RESP_LEN]
+}
+
+/// idemdb behind `AsyncStore` (on PostgreSQL, or embedded).
+struct Idem(AsyncStore);
+
+impl System for Idem {
+    fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        Box::pin(async move {
+            let e = |e: idemdb::Error| e.to_string();
+            match self
+                .0
+                .claim("t", key, FP, ClaimOptions::default())
+                .await
+                .map_err(e)?
+            {
+                Claim::Acquired(l) => self
+                    .0
+                    .complete(&l, Response::new(body()))
+                    .await
+                    .map_err(e)?
+                    .map_err(|lost| format!("lost the lease: {lost:?}")),
+                other => Err(format!("expected to acquire {key}, got {other:?}")),
+            }
+        })
+    }
+
+    fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        Box::pin(async move {
+            match self.0.claim("t", key, FP, ClaimOptions::default()).await {
+                Ok(Claim::Completed(r)) if r.response.body.len() == RESP_LEN => Ok(()),
+                other => Err(format!("expected a replay of {key}, got {other:?}")),
+            }
+        })
+    }
+}
+
+/// The hand-written recipe: one table, a claim that inserts a pending row or returns the
+/// existing one in one statement, a completion that updates the pending row. No leases taken
+/// over, no fencing, no expiry handling: the floor a careful team writes first.
+struct HandPg {
+    /// One connection per task, with its own prepared statements (claim, complete).
+    clients: Vec<tokio::sync::Mutex<HandConn>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+struct HandConn {
+    c: tokio_postgres::Client,
+    claim: tokio_postgres::Statement,
+    complete: tokio_postgres::Statement,
+}
+
+const HAND_CLAIM: &str = "
+    WITH ins AS (
+        INSERT INTO hand_requests (key, fp, state, lease_until)
+        VALUES ($1, $2, 0, now() + interval '30 seconds')
+        ON CONFLICT (key) DO NOTHING
+        RETURNING true AS acquired, state, fp, response)
+    SELECT acquired, state, fp, response FROM ins
+    UNION ALL
+    SELECT false, state, fp, response FROM hand_requests
+    WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
+
+const HAND_COMPLETE: &str =
+    "UPDATE hand_requests SET state = 1, response = $2 WHERE key = $1 AND state = 0";
+
+impl HandPg {
+    async fn connect(schema: &str, n: usize) -> R<HandPg> {
+        pg_client(Some(schema))
+            .await?
+            .batch_execute(
+                "CREATE TABLE hand_requests (key text PRIMARY KEY, fp bytea NOT NULL,
+                 state smallint NOT NULL, lease_until timestamptz, response bytea)",
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            let c = pg_client(Some(schema)).await?;
+            let claim = c.prepare(HAND_CLAIM).await.map_err(pg_err)?;
+            let complete = c.prepare(HAND_COMPLETE).await.map_err(pg_err)?;
+            clients.push(tokio::sync::Mutex::new(HandConn { c, claim, complete }));
+        }
+        Ok(HandPg {
+            clients,
+            next: Default::default(),
+        })
+    }
+
+    async fn client(&self) -> tokio::sync::MutexGuard<'_, HandConn> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.clients[i % self.clients.len()].lock().await
+    }
+}
+
+impl System for HandPg {
+    fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        Box::pin(async move {
+            let h = self.client().await;
+            let row =
+                h.c.query_one(&h.claim, &[&key, &&FP[..]])
+                    .await
+                    .map_err(pg_err)?;
+            if !row.get::<_, bool>(0) {
+                return Err(format!("hand recipe: {key} was not acquired"));
+            }
+            let n =
+                h.c.execute(&h.complete, &[&key, &body()])
+                    .await
+                    .map_err(pg_err)?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("hand recipe: {key} was not completed"))
+            }
+        })
+    }
+
+    fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        Box::pin(async move {
+            let h = self.client().await;
+            let row =
+                h.c.query_one(&h.claim, &[&key, &&FP[..]])
+                    .await
+                    .map_err(pg_err)?;
+            let resp: Option<Vec<u8>> = row.get(3);
+            match (row.get::<_, bool>(0), resp) {
+                (false, Some(r)) if r.len() == RESP_LEN => Ok(()),
+                _ => Err(format!("hand recipe: no replay of {key}")),
+            }
+        })
+    }
+}
+
+/// The Redis recipe: `SET key pending NX PX 30000`, then `SET key response XX PX 86400000`;
+/// a duplicate's `SET NX` fails and it reads the response with `GET`. One synchronous connection
+/// per task, used on the blocking pool.
+struct RedisRecipe {
+    conns: Vec<Arc<std::sync::Mutex<redis::Connection>>>,
+    next: std::sync::atomic::AtomicUsize,
+    prefix: String,
+}
+
+impl RedisRecipe {
+    fn connect(n: usize, prefix: String) -> R<RedisRecipe> {
+        let mut conns = Vec::new();
+        for _ in 0..n {
+            let client = redis::Client::open(format!("redis://{REDIS_ADDR}/"))
+                .map_err(|e| format!("Redis at {REDIS_ADDR}: {e}"))?;
+            let c = client
+                .get_connection_with_timeout(Duration::from_secs(1))
+                .map_err(|e| format!("cannot connect to Redis at {REDIS_ADDR}: {e}"))?;
+            conns.push(Arc::new(std::sync::Mutex::new(c)));
+        }
+        Ok(RedisRecipe {
+            conns,
+            next: Default::default(),
+            prefix,
+        })
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T> + Send + 'static,
+    ) -> R<T> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = self.conns[i % self.conns.len()].clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = c.lock().map_err(|_| "poisoned".to_string())?;
+            f(&mut c).map_err(|e| format!("Redis at {REDIS_ADDR}: {e}"))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
+
+impl System for RedisRecipe {
+    fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        let k = format!("{}{key}", self.prefix);
+        Box::pin(async move {
+            let done = self
+                .with(move |c| {
+                    let got: Option<String> = redis::cmd("SET")
+                        .arg(&k)
+                        .arg(&FP[..])
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query(c)?;
+                    if got.is_none() {
+                        return Ok(false);
+                    }
+                    let _: Option<String> = redis::cmd("SET")
+                        .arg(&k)
+                        .arg(body())
+                        .arg("XX")
+                        .arg("PX")
+                        .arg(86_400_000)
+                        .query(c)?;
+                    Ok(true)
+                })
+                .await?;
+            if done {
+                Ok(())
+            } else {
+                Err("Redis recipe: a fresh key was not acquired".into())
+            }
+        })
+    }
+
+    fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
+        let k = format!("{}{key}", self.prefix);
+        Box::pin(async move {
+            let got = self
+                .with(move |c| {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(&k)
+                        .arg(&FP[..])
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query(c)?;
+                    if set.is_some() {
+                        return Ok(None);
+                    }
+                    redis::cmd("GET").arg(&k).query::<Option<Vec<u8>>>(c)
+                })
+                .await?;
+            match got {
+                Some(r) if r.len() == RESP_LEN => Ok(()),
+                _ => Err("Redis recipe: no replay".into()),
+            }
+        })
+    }
+}
+
+fn pg_err(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "PostgreSQL at {PG_URL}: {}: {}",
+            db.code().code(),
+            db.message()
+        ),
+        None => format!("PostgreSQL at {PG_URL}: {e}"),
+    }
+}
+
+async fn pg_client(schema: Option<&str>) -> R<tokio_postgres::Client> {
+    let url = match schema {
+        Some(s) => format!("{PG_URL}?options=-c%20search_path%3D{s}"),
+        None => PG_URL.to_string(),
+    };
+    let (client, conn) =
+        tokio::time::timeout(Duration::from_secs(2), tokio_postgres::connect(&url, NoTls))
+            .await
+            .map_err(|_| format!("PostgreSQL at {PG_URL} did not answer within 2 s"))?
+            .map_err(|e| format!("cannot connect to PostgreSQL at {PG_URL}: {e}"))?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Runs `op` over `keys`, split over `tasks` concurrent tasks; per-key latencies (µs) and the
+/// wall time.
+async fn run<S: System + 'static>(
+    sys: &Arc<S>,
+    keys: Arc<Vec<String>>,
+    tasks: usize,
+    replay: bool,
+) -> R<(Vec<u64>, Duration)> {
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (sys, keys) = (sys.clone(), keys.clone());
+        handles.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for k in keys.iter().skip(t).step_by(tasks) {
+                let t0 = Instant::now();
+                if replay {
+                    sys.replay(k).await?;
+                } else {
+                    sys.claim_complete(k).await?;
+                }
+                lat.push(t0.elapsed().as_micros() as u64);
+            }
+            Ok::<_, String>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.map_err(|e| e.to_string())??);
+    }
+    all.sort_unstable();
+    Ok((all, start.elapsed()))
+}
+
+fn pct(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+struct Row {
+    system: &'static str,
+    tasks: usize,
+    cc: (Vec<u64>, Duration),
+    rp: (Vec<u64>, Duration),
+}
+
+async fn measure<S: System + 'static>(
+    system: &'static str,
+    sys: S,
+    tasks: usize,
+    keys: usize,
+    run_id: &str,
+) -> R<Row> {
+    let sys = Arc::new(sys);
+    let ks: Arc<Vec<String>> =
+        Arc::new((0..keys).map(|i| format!("{run_id}-{tasks}-{i}")).collect());
+    // A short warm-up on other keys (connections, prepared statements, caches).
+    let warm: Arc<Vec<String>> = Arc::new(
+        (0..tasks * 8)
+            .map(|i| format!("{run_id}-w{tasks}-{i}"))
+            .collect(),
+    );
+    run(&sys, warm, tasks, false).await?;
+    let cc = run(&sys, ks.clone(), tasks, false).await?;
+    let rp = run(&sys, ks, tasks, true).await?;
+    Ok(Row {
+        system,
+        tasks,
+        cc,
+        rp,
+    })
+}
+
+async fn admin(sql: &str) -> R<()> {
+    pg_client(None)
+        .await?
+        .batch_execute(sql)
+        .await
+        .map_err(pg_err)
+}
+
+async fn main_async(s: Settings) -> R<()> {
+    let run_id = format!("{:x}", std::process::id());
+    let (idem_schema, hand_schema) = (
+        format!("fleet_idem_{run_id}"),
+        format!("fleet_hand_{run_id}"),
+    );
+    let sync_commit: String = pg_client(None)
+        .await?
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .map_err(pg_err)?
+        .get(0);
+    let mut rows = Vec::new();
+    for &tasks in &s.tasks {
+        for schema in [&idem_schema, &hand_schema] {
+            admin(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await?;
+        }
+        let idem = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{idem_schema}"))
+            .pool_size(tasks)
+            .sweep_interval(None)
+            .open_async()
+            .await
+            .map_err(|e| e.to_string())?;
+        rows.push(measure("idemdb on PostgreSQL", Idem(idem), tasks, s.keys, &run_id).await?);
+        let hand = HandPg::connect(&hand_schema, tasks).await?;
+        rows.push(
+            measure(
+                "hand-written PostgreSQL recipe",
+                hand,
+                tasks,
+                s.keys,
+                &run_id,
+            )
+            .await?,
+        );
+        let redis = RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?;
+        rows.push(measure("Redis SET NX recipe", redis, tasks, s.keys, &run_id).await?);
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let embedded = Config::new(dir.path())
+            .durability(Durability::Buffered)
+            .sweep_interval(None)
+            .open_async()
+            .await
+            .map_err(|e| e.to_string())?;
+        rows.push(
+            measure(
+                "idemdb embedded (Buffered)",
+                Idem(embedded),
+                tasks,
+                s.keys,
+                &run_id,
+            )
+            .await?,
+        );
+    }
+    for schema in [&idem_schema, &hand_schema] {
+        admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
+    }
+    println!(
+        "fleet comparison: {} keys per row, PostgreSQL synchronous_commit={sync_commit}, {} cores",
+        s.keys,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!();
+    println!("| system | tasks | claim+complete p50 µs | p99 µs | ops/s | replay p50 µs | p99 µs | ops/s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let ops = |m: &(Vec<u64>, Duration)| m.0.len() as f64 / m.1.as_secs_f64();
+        println!(
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} |",
+            r.system,
+            r.tasks,
+            pct(&r.cc.0, 0.5),
+            pct(&r.cc.0, 0.99),
+            ops(&r.cc),
+            pct(&r.rp.0, 0.5),
+            pct(&r.rp.0, 0.99),
+            ops(&r.rp)
+        );
+    }
+    println!();
+    for &tasks in &s.tasks {
+        let p50 = |name: &str, replay: bool| {
+            rows.iter()
+                .find(|r| r.system == name && r.tasks == tasks)
+                .map_or(0.0, |r| {
+                    pct(if replay { &r.rp.0 } else { &r.cc.0 }, 0.5) as f64
+                })
+        };
+        println!(
+            "{tasks} task(s): idemdb on PostgreSQL / hand-written recipe, median latency: \
+             claim+complete {:.2}x, replay {:.2}x",
+            p50("idemdb on PostgreSQL", false) / p50("hand-written PostgreSQL recipe", false),
+            p50("idemdb on PostgreSQL", true) / p50("hand-written PostgreSQL recipe", true),
+        );
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let s = match parse_args() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fleet: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match rt.block_on(main_async(s)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleet: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! On PostgreSQL every time comes from the database server: two instances whose own clocks run
+//! ten minutes fast and ten minutes slow agree on every lease and expiry. The slow one cannot see
+//! a lease as over before the database does, the fast one cannot take a live lease over, and
+//! neither replays a record after the database says it expired.
+
+use std::time::Duration;
+
+use idemdb::{Claim, ClaimOptions, Config, ManualClock, Response, SystemClock};
+
+use crate::harness::{admin, in_schema, schema_name};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    let schema = schema_name(module_path!());
+    admin(&format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+    ))
+    .await;
+    let real = idemdb::Clock::now_millis(&SystemClock);
+    let ten_min = 10 * 60 * 1000;
+    let open = |skew: i64| {
+        let clock = ManualClock::new(real.saturating_add_signed(skew));
+        Config::postgres(in_schema(&schema))
+            .clock(clock)
+            .open_async()
+    };
+    let fast = open(ten_min).await.unwrap();
+    let slow = open(-ten_min).await.unwrap();
+    let o = ClaimOptions::default()
+        .lease(Duration::from_secs(2))
+        .retention(Duration::from_secs(3));
+
+    // Both instances read the same time, the database's, not their own clocks.
+    let (a, b) = (fast.now().await.unwrap(), slow.now().await.unwrap());
+    assert!(a.abs_diff(b) < 1_000, "{a} vs {b}");
+    assert!(
+        a.abs_diff(real) < 60_000,
+        "database time {a}, real time {real}"
+    );
+
+    let Claim::Acquired(lease) = slow.claim("t", "k", b"fp", o).await.unwrap() else {
+        panic!("acquires");
+    };
+    // Ten minutes fast does not make the slow instance's lease look over.
+    match fast.claim("t", "k", b"fp", o).await.unwrap() {
+        Claim::InProgress { retry_after } => assert!(retry_after <= Duration::from_secs(2)),
+        other => panic!("a live lease was not respected: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    // Once the database says the lease is over, either instance takes over.
+    let Claim::Acquired(next) = fast.claim("t", "k", b"fp", o).await.unwrap() else {
+        panic!("a lease over by the database's clock is taken over");
+    };
+    assert!(next.is_takeover() && next.fence() > lease.fence());
+    fast.complete(&next, Response::new(b"done".to_vec()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        slow.claim("t", "k", b"fp", o).await.unwrap(),
+        Claim::Completed(_)
+    ));
+    // The takeover extended the record to the lease's end; wait past it by the database's clock.
+    let expires = slow.get("t", "k").await.unwrap().unwrap().expires_at;
+    while slow.now().await.unwrap() <= expires {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Expired for both: ten minutes slow does not make the slow instance replay it.
+    assert_eq!(slow.get("t", "k").await.unwrap(), None);
+    assert!(matches!(
+        slow.claim("t", "k", b"fp", o).await.unwrap(),
+        Claim::Acquired(l) if l.attempt() == 1
+    ));
+    drop((fast, slow));
+    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+}
