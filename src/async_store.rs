@@ -64,9 +64,12 @@ impl AsyncStore {
         if let Some(settings) = cfg.postgres.clone() {
             cfg.validate()?;
             let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
-            let pg = crate::postgres::PgStore::open(&settings, clock).await?;
+            let pg = Arc::new(crate::postgres::PgStore::open(&settings, clock).await?);
+            if let Some(every) = cfg.sweep_interval {
+                tokio::spawn(sweep_in_background(Arc::downgrade(&pg), every));
+            }
             return Ok(AsyncStore {
-                backend: Backend::Postgres(Arc::new(pg)),
+                backend: Backend::Postgres(pg),
                 cfg: Arc::new(cfg),
             });
         }
@@ -284,6 +287,23 @@ impl AsyncStore {
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => pg.sweep(limit).await,
         }
+    }
+}
+
+/// The PostgreSQL store's sweeper: every `every`, batches of expired rows are deleted until a
+/// batch comes back short; it ends when the last handle of the store is dropped. A failed batch
+/// (database unavailable) waits for the next tick. Instances that sweep at the same moment skip
+/// each other's rows (`SKIP LOCKED`).
+#[cfg(feature = "postgres")]
+async fn sweep_in_background(pg: std::sync::Weak<crate::postgres::PgStore>, every: Duration) {
+    const BATCH: usize = 1_000;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate: sweep one interval after opening
+    loop {
+        tick.tick().await;
+        let Some(pg) = pg.upgrade() else { return };
+        while let Ok(BATCH) = pg.sweep(BATCH).await {}
     }
 }
 

@@ -285,7 +285,9 @@ impl Config {
     }
 
     /// How often a background thread sweeps expired records, or `None` for never (call
-    /// [`Store::sweep`] yourself). Default: every 60 s.
+    /// [`Store::sweep`] yourself). Default: every 60 s. On PostgreSQL it is a task on the tokio
+    /// runtime that opened the store, deleting batches of 1,000 expired rows until fewer are
+    /// left, until the last handle of the store is dropped.
     #[must_use]
     pub fn sweep_interval(mut self, d: Option<Duration>) -> Self {
         self.sweep_interval = d;

@@ -14,6 +14,7 @@ mod bad_input_is_refused_and_changes_nothing;
 mod concurrent_claims_have_exactly_one_winner;
 mod database_faults_never_run_an_effect_twice;
 mod expired_lease_is_taken_over_and_stale_holder_refused;
+mod expired_rows_are_swept_in_the_background;
 mod fencing_tokens_increase_for_every_key;
 mod first_claim_acquires_and_retries_replay;
 mod forgotten_record_is_gone_for_its_holder;
