@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Error, LeaseLost, Response};
 use parking_lot::Mutex;
 
-use crate::harness::{admin, in_schema, schema_name};
+use crate::harness::{admin, drop_schema, fresh_schema, in_schema};
 
 const KEYS: usize = 200;
 const LEASE: Duration = Duration::from_millis(1_500);
@@ -55,11 +55,7 @@ async fn process(s: &AsyncStore, key: String, effects: &Mutex<HashMap<String, u3
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let schema = schema_name(module_path!());
-    admin(&format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-    ))
-    .await;
+    let schema = fresh_schema(module_path!()).await;
     // Short: PostgreSQL keeps 63 bytes of an application name.
     let app = format!("idemdb-faults-{}", std::process::id());
     let store = Config::postgres(format!("{}&application_name={app}", in_schema(&schema)))
@@ -126,5 +122,5 @@ async fn postgres() {
         assert!(matches!(info.state, idemdb::RecordState::Completed(_)));
     }
     drop(store);
-    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    drop_schema(&schema).await;
 }

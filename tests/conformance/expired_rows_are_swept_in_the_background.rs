@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use idemdb::{Claim, ClaimOptions, Config, ManualClock, Response};
 
-use crate::harness::{in_schema, schema_name};
+use crate::harness::{drop_schema, fresh_schema, in_schema};
 
 async fn rows(url: &str) -> i64 {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -21,11 +21,7 @@ async fn rows(url: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let schema = schema_name(module_path!());
-    crate::harness::admin(&format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-    ))
-    .await;
+    let schema = fresh_schema(module_path!()).await;
     let url = in_schema(&schema);
     let clock = ManualClock::default();
     let store = Config::postgres(&url)
@@ -66,5 +62,5 @@ async fn postgres() {
     }
     assert_eq!(rows(&url).await, 100, "live rows stay");
     drop(store);
-    crate::harness::admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    drop_schema(&schema).await;
 }

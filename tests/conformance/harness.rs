@@ -41,11 +41,7 @@ impl Harness {
     /// A PostgreSQL store in a new schema named after the test (dropped first if a failed run
     /// left it behind).
     pub async fn postgres(test: &str, settings: fn(Config) -> Config) -> Harness {
-        let schema = schema_name(test);
-        admin(&format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-        ))
-        .await;
+        let schema = fresh_schema(test).await;
         let clock = ManualClock::default();
         let cfg = settings(
             Config::postgres(in_schema(&schema))
@@ -70,9 +66,24 @@ impl Harness {
     pub async fn cleanup(self) {
         if let Some(schema) = &self.schema {
             drop(self.store);
-            admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+            drop_schema(schema).await;
         }
     }
+}
+
+/// A new, empty schema for the test at `module` (dropped first if a failed run left it behind).
+pub async fn fresh_schema(module: &str) -> String {
+    let schema = schema_name(module);
+    admin(&format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+    ))
+    .await;
+    schema
+}
+
+/// Drops a test's schema with everything in it.
+pub async fn drop_schema(schema: &str) {
+    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
 }
 
 /// The schema of a test: its module path, in characters PostgreSQL takes unquoted.

@@ -5,15 +5,11 @@
 
 use idemdb::{Config, Error};
 
-use crate::harness::{admin, in_schema, schema_name};
+use crate::harness::{drop_schema, fresh_schema, in_schema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let schema = schema_name(module_path!());
-    admin(&format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-    ))
-    .await;
+    let schema = fresh_schema(module_path!()).await;
     let cfg = Config::postgres(in_schema(&schema));
     let status = cfg.schema_status().await.unwrap();
     assert!(status.iter().all(|s| s.applied_at.is_none()), "{status:?}");
@@ -57,5 +53,5 @@ async fn postgres() {
         cfg.migrate_schema(Some(latest + 1)).await,
         Err(Error::InvalidInput(_))
     ));
-    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    drop_schema(&schema).await;
 }

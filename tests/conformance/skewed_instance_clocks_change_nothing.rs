@@ -7,15 +7,11 @@ use std::time::Duration;
 
 use idemdb::{Claim, ClaimOptions, Config, ManualClock, Response, SystemClock};
 
-use crate::harness::{admin, in_schema, schema_name};
+use crate::harness::{drop_schema, fresh_schema, in_schema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let schema = schema_name(module_path!());
-    admin(&format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-    ))
-    .await;
+    let schema = fresh_schema(module_path!()).await;
     let real = idemdb::Clock::now_millis(&SystemClock);
     let ten_min = 10 * 60 * 1000;
     let open = |skew: i64| {
@@ -72,5 +68,5 @@ async fn postgres() {
         Claim::Acquired(l) if l.attempt() == 1
     ));
     drop((fast, slow));
-    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    drop_schema(&schema).await;
 }

@@ -247,20 +247,25 @@ impl RedisRecipe {
     }
 }
 
+/// The recipe's claim, `SET key fingerprint NX PX 30000`: whether it took the key.
+fn claim_nx(c: &mut redis::Connection, key: &str) -> redis::RedisResult<bool> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(&FP[..])
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query(c)?;
+    Ok(set.is_some())
+}
+
 impl System for RedisRecipe {
     fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
         let k = format!("{}{key}", self.prefix);
         Box::pin(async move {
             let done = self
                 .with(move |c| {
-                    let got: Option<String> = redis::cmd("SET")
-                        .arg(&k)
-                        .arg(&FP[..])
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(30_000)
-                        .query(c)?;
-                    if got.is_none() {
+                    if !claim_nx(c, &k)? {
                         return Ok(false);
                     }
                     let _: Option<String> = redis::cmd("SET")
@@ -286,14 +291,7 @@ impl System for RedisRecipe {
         Box::pin(async move {
             let got = self
                 .with(move |c| {
-                    let set: Option<String> = redis::cmd("SET")
-                        .arg(&k)
-                        .arg(&FP[..])
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(30_000)
-                        .query(c)?;
-                    if set.is_some() {
+                    if claim_nx(c, &k)? {
                         return Ok(None);
                     }
                     redis::cmd("GET").arg(&k).query::<Option<Vec<u8>>>(c)
