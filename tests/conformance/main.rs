@@ -11,6 +11,7 @@
 mod harness;
 
 mod bad_input_is_refused_and_changes_nothing;
+mod cli_reaches_a_postgres_store;
 mod concurrent_claims_have_exactly_one_winner;
 mod database_faults_never_run_an_effect_twice;
 mod expired_lease_is_taken_over_and_stale_holder_refused;
