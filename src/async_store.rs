@@ -128,10 +128,8 @@ impl AsyncStore {
     ) -> Result<Claim> {
         let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
         let opts = *opts.borrow();
-        // The same checks on both backends; the embedded store's claim repeats them (cheaply).
-        #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-        let (lease_ms, retention_ms) =
-            crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+        // Both backends check the arguments with the same code (`requests::check_claim`): the
+        // embedded store inside its claim, PostgreSQL here.
         match &self.backend {
             Backend::Embedded(s) if s.config().durability == Durability::Buffered => {
                 s.claim(tenant, key, fingerprint, opts)
@@ -147,6 +145,8 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
+                let (lease_ms, retention_ms) =
+                    crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
                 pg.claim(
                     Namespace::Requests,
                     tenant,
@@ -162,25 +162,24 @@ impl AsyncStore {
 
     /// Stores `response` as the result of the leased operation, as [`Store::complete`].
     pub async fn complete(&self, lease: &Lease, response: Response) -> Result<LeaseResult> {
-        crate::requests::check_response(&self.cfg, "response", &response)?;
         match &self.backend {
             Backend::Embedded(s) => {
                 let lease = lease.clone();
                 blocking(s, move |s| s.complete(&lease, response)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => Ok(pg
-                .holder(lease, crate::postgres::HolderChange::Complete(response))
-                .await?
-                .map(drop)),
+            Backend::Postgres(pg) => {
+                crate::requests::check_response(&self.cfg, "response", &response)?;
+                Ok(pg
+                    .holder(lease, crate::postgres::HolderChange::Complete(response))
+                    .await?
+                    .map(drop))
+            }
         }
     }
 
     /// Ends the leased operation as failed, as [`Store::fail`].
     pub async fn fail(&self, lease: &Lease, kind: FailKind) -> Result<LeaseResult> {
-        if let FailKind::Terminal(r) = &kind {
-            crate::requests::check_response(&self.cfg, "failure", r)?;
-        }
         match &self.backend {
             Backend::Embedded(s) => {
                 let lease = lease.clone();
@@ -190,7 +189,10 @@ impl AsyncStore {
             Backend::Postgres(pg) => {
                 let change = match kind {
                     FailKind::Retryable => crate::postgres::HolderChange::Release,
-                    FailKind::Terminal(r) => crate::postgres::HolderChange::FailTerminal(r),
+                    FailKind::Terminal(r) => {
+                        crate::requests::check_response(&self.cfg, "failure", &r)?;
+                        crate::postgres::HolderChange::FailTerminal(r)
+                    }
                 };
                 Ok(pg.holder(lease, change).await?.map(drop))
             }
@@ -199,7 +201,6 @@ impl AsyncStore {
 
     /// Extends the lease to `extra` from now, as [`Store::renew`]; updates `lease` in place.
     pub async fn renew(&self, lease: &mut Lease, extra: Duration) -> Result<LeaseResult> {
-        crate::record::check_duration("renewal", extra, self.cfg.max_lease)?;
         let until = match &self.backend {
             Backend::Embedded(s) => {
                 let mut l = lease.clone();
@@ -210,6 +211,7 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
+                crate::record::check_duration("renewal", extra, self.cfg.max_lease)?;
                 let ms = crate::clock::duration_millis(extra);
                 match pg
                     .holder(lease, crate::postgres::HolderChange::Renew(ms))
@@ -231,21 +233,21 @@ impl AsyncStore {
         phase: impl Into<String>,
         state: impl Into<Vec<u8>>,
     ) -> Result<LeaseResult> {
-        let cp = Checkpoint {
-            phase: phase.into(),
-            state: state.into(),
-        };
-        crate::requests::check_checkpoint(&self.cfg, &cp)?;
+        let (phase, state) = (phase.into(), state.into());
         match &self.backend {
             Backend::Embedded(s) => {
                 let lease = lease.clone();
-                blocking(s, move |s| s.checkpoint(&lease, cp.phase, cp.state)).await
+                blocking(s, move |s| s.checkpoint(&lease, phase, state)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => Ok(pg
-                .holder(lease, crate::postgres::HolderChange::Checkpoint(cp))
-                .await?
-                .map(drop)),
+            Backend::Postgres(pg) => {
+                let cp = Checkpoint { phase, state };
+                crate::requests::check_checkpoint(&self.cfg, &cp)?;
+                Ok(pg
+                    .holder(lease, crate::postgres::HolderChange::Checkpoint(cp))
+                    .await?
+                    .map(drop))
+            }
         }
     }
 
@@ -256,25 +258,29 @@ impl AsyncStore {
         key: impl AsRef<[u8]>,
     ) -> Result<Option<RecordInfo>> {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
-        self.cfg.check_names(tenant, key)?;
         match &self.backend {
             Backend::Embedded(s) => s.get(tenant, key),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.get(Namespace::Requests, tenant, key).await,
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, key)?;
+                pg.get(Namespace::Requests, tenant, key).await
+            }
         }
     }
 
     /// Deletes a record whatever its state, as [`Store::forget`]; whether one was stored.
     pub async fn forget(&self, tenant: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Result<bool> {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
-        self.cfg.check_names(tenant, key)?;
         match &self.backend {
             Backend::Embedded(s) => {
                 let (t, k) = (tenant.to_vec(), key.to_vec());
                 blocking(s, move |s| s.forget(t, k)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.forget(Namespace::Requests, tenant, key).await,
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, key)?;
+                pg.forget(Namespace::Requests, tenant, key).await
+            }
         }
     }
 

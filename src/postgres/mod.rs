@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
+use tokio_postgres::Row;
 
 use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};
@@ -173,6 +175,17 @@ fn response(body: Option<Vec<u8>>, meta: Option<Vec<String>>) -> Result<Response
     })
 }
 
+/// The stored response of a finished row and when it was stored.
+fn replay(row: &Row) -> Result<Replay> {
+    Ok(Replay {
+        response: response(row.get("response_body"), row.get("response_meta"))?,
+        finished_at: from_i64(
+            "finished_at",
+            row.get::<_, Option<i64>>("finished_at").unwrap_or(0),
+        )?,
+    })
+}
+
 fn checkpoint(phase: Option<String>, state: Option<Vec<u8>>) -> Option<Checkpoint> {
     phase.map(|phase| Checkpoint {
         phase,
@@ -288,6 +301,27 @@ impl PgStore {
             .map(|c| i64::try_from(c.now_millis()).unwrap_or(i64::MAX))
     }
 
+    /// Runs the prepared statement `sql` on a pooled connection, bounded by the timeouts; its
+    /// rows (every statement here returns at most one).
+    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            let st = c.prepare_cached(sql).await.map_err(classify)?;
+            c.query_opt(&st, params).await.map_err(classify)
+        })
+        .await
+    }
+
+    /// As [`PgStore::query`], for a statement that returns no rows: how many rows it changed.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            let st = c.prepare_cached(sql).await.map_err(classify)?;
+            c.execute(&st, params).await.map_err(classify)
+        })
+        .await
+    }
+
     /// The highest applied schema version (0: none).
     pub(crate) async fn schema_version(&self) -> Result<i32> {
         self.timed(async {
@@ -363,14 +397,9 @@ impl PgStore {
 
     /// The database's time in milliseconds (or the test clock's).
     pub(crate) async fn now(&self) -> Result<Millis> {
-        let now = self.now_param();
-        self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            let st = c.prepare_cached(statements::NOW).await.map_err(classify)?;
-            let row = c.query_one(&st, &[&now]).await.map_err(classify)?;
-            from_i64("database time", row.get(0))
-        })
-        .await
+        let row = self.query(statements::NOW, &[&self.now_param()]).await?;
+        let t = row.ok_or_else(|| Error::Engine("PostgreSQL: now() returned no row".into()))?;
+        from_i64("database time", t.get(0))
     }
 
     /// Claims a key: one statement decides (acquire, or not); its answer tells what was found.
@@ -391,29 +420,16 @@ impl PgStore {
         let ns_c = ns_code(ns);
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let row = self
-                .timed(async {
-                    let c = self.pool.get().await.map_err(pool_error)?;
-                    let st = c
-                        .prepare_cached(statements::CLAIM)
-                        .await
-                        .map_err(classify)?;
-                    c.query_opt(
-                        &st,
-                        &[
-                            &ns_c,
-                            &tenant,
-                            &key,
-                            &fingerprint,
-                            &lease_ms,
-                            &retention_ms,
-                            &now,
-                        ],
-                    )
-                    .await
-                    .map_err(classify)
-                })
-                .await?;
+            let params: [&(dyn ToSql + Sync); 7] = [
+                &ns_c,
+                &tenant,
+                &key,
+                &fingerprint,
+                &lease_ms,
+                &retention_ms,
+                &now,
+            ];
+            let row = self.query(statements::CLAIM, &params).await?;
             // No row: the key's row was committed by another claim after this statement's
             // snapshot, and that claim's lease is live: run the statement again to read it.
             let Some(row) = row else { continue };
@@ -446,15 +462,6 @@ impl PgStore {
             if stored_fp.as_deref() != Some(fingerprint) {
                 return Ok(Claim::Mismatch);
             }
-            let replay = |row: &tokio_postgres::Row| -> Result<Replay> {
-                Ok(Replay {
-                    response: response(row.get("response_body"), row.get("response_meta"))?,
-                    finished_at: from_i64(
-                        "finished_at",
-                        row.get::<_, Option<i64>>("finished_at").unwrap_or(0),
-                    )?,
-                })
-            };
             match state {
                 Some(COMPLETED) => return Ok(Claim::Completed(replay(&row)?)),
                 Some(FAILED) => return Ok(Claim::Failed(replay(&row)?)),
@@ -487,45 +494,38 @@ impl PgStore {
         }
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
-        let (sql, a, b): (&str, Param, Param) = match &change {
+        // The change's values move into the statement's parameters (no copy of a response).
+        let (sql, a, b): (&str, Param, Param) = match change {
             HolderChange::Complete(r) => (
                 statements::COMPLETE,
-                Param::Bytes(r.body.clone()),
+                Param::Bytes(r.body),
                 Param::Texts(encode_meta(&r.meta)),
             ),
             HolderChange::FailTerminal(r) => (
                 statements::FAIL_TERMINAL,
-                Param::Bytes(r.body.clone()),
+                Param::Bytes(r.body),
                 Param::Texts(encode_meta(&r.meta)),
             ),
             HolderChange::Release => (statements::RELEASE, Param::None, Param::None),
             HolderChange::Renew(extra) => (
                 statements::RENEW,
-                Param::Int(to_i64("renewal", *extra)?),
+                Param::Int(to_i64("renewal", extra)?),
                 Param::None,
             ),
             HolderChange::Checkpoint(cp) => (
                 statements::CHECKPOINT,
-                Param::Text(cp.phase.clone()),
-                Param::Bytes(cp.state.clone()),
+                Param::Text(cp.phase),
+                Param::Bytes(cp.state),
             ),
         };
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let row = self
-                .timed(async {
-                    let c = self.pool.get().await.map_err(pool_error)?;
-                    let st = c.prepare_cached(sql).await.map_err(classify)?;
-                    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                        vec![&ns_c, &lease.tenant, &lease.key, &fence, &now];
-                    for p in [&a, &b] {
-                        if let Some(p) = p.as_sql() {
-                            params.push(p);
-                        }
-                    }
-                    c.query_one(&st, &params).await.map_err(classify)
-                })
-                .await?;
+            let mut params: Vec<&(dyn ToSql + Sync)> =
+                vec![&ns_c, &lease.tenant, &lease.key, &fence, &now];
+            params.extend([&a, &b].into_iter().filter_map(Param::as_sql));
+            let row = self.query(sql, &params).await?.ok_or_else(|| {
+                Error::Engine("PostgreSQL: the holder's statement returned no row".into())
+            })?;
             if let Some(until) = row.get::<_, Option<i64>>("done_until") {
                 return Ok(Ok(from_i64("lease_until", until)?));
             }
@@ -556,31 +556,16 @@ impl PgStore {
         let ns_c = ns_code(ns);
         let now = self.now_param();
         let row = self
-            .timed(async {
-                let c = self.pool.get().await.map_err(pool_error)?;
-                let st = c.prepare_cached(statements::GET).await.map_err(classify)?;
-                c.query_opt(&st, &[&ns_c, &tenant, &key, &now])
-                    .await
-                    .map_err(classify)
-            })
+            .query(statements::GET, &[&ns_c, &tenant, &key, &now])
             .await?;
         let Some(row) = row else { return Ok(None) };
-        let replay = || -> Result<Replay> {
-            Ok(Replay {
-                response: response(row.get("response_body"), row.get("response_meta"))?,
-                finished_at: from_i64(
-                    "finished_at",
-                    row.get::<_, Option<i64>>("finished_at").unwrap_or(0),
-                )?,
-            })
-        };
         let state = match row.get::<_, i16>("state") {
             PENDING => RecordState::Pending {
                 lease_until: from_i64("lease_until", row.get("lease_until"))?,
             },
             RELEASED => RecordState::Released,
-            COMPLETED => RecordState::Completed(replay()?),
-            FAILED => RecordState::Failed(replay()?),
+            COMPLETED => RecordState::Completed(replay(&row)?),
+            FAILED => RecordState::Failed(replay(&row)?),
             other => {
                 return Err(crate::error::corrupted(
                     "request row",
@@ -603,35 +588,20 @@ impl PgStore {
     /// Deletes a record whatever its state; whether a row was there.
     pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
         let ns_c = ns_code(ns);
-        self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            let st = c
-                .prepare_cached(statements::FORGET)
-                .await
-                .map_err(classify)?;
-            Ok(c.execute(&st, &[&ns_c, &tenant, &key])
-                .await
-                .map_err(classify)?
-                > 0)
-        })
-        .await
+        let n = self
+            .execute(statements::FORGET, &[&ns_c, &tenant, &key])
+            .await?;
+        Ok(n > 0)
     }
 
     /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
     /// transaction holds; how many were deleted.
     pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let now = self.now_param();
-        self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            let st = c
-                .prepare_cached(statements::SWEEP)
-                .await
-                .map_err(classify)?;
-            let n = c.execute(&st, &[&limit, &now]).await.map_err(classify)?;
-            Ok(usize::try_from(n).unwrap_or(usize::MAX))
-        })
-        .await
+        let n = self
+            .execute(statements::SWEEP, &[&limit, &self.now_param()])
+            .await?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 }
 
@@ -686,7 +656,7 @@ enum Param {
 }
 
 impl Param {
-    fn as_sql(&self) -> Option<&(dyn tokio_postgres::types::ToSql + Sync)> {
+    fn as_sql(&self) -> Option<&(dyn ToSql + Sync)> {
         match self {
             Param::None => None,
             Param::Bytes(v) => Some(v),
