@@ -5,15 +5,24 @@
 //! store. The layer makes retries of a `POST` with the same `Idempotency-Key` replay the receipt
 //! instead of charging again.
 //!
-//! Modes:
-//! - `serve [--addr 127.0.0.1:3000] [--db DIR] [--synced] [--no-layer]`: run the service (the
-//!   load test drives it with wrk; `--no-layer` measures the same service without idempotency);
-//! - `check [--payments N]` (the default): start the service on an ephemeral port, send N payments
-//!   from concurrent clients with duplicate deliveries, lost replies and concurrent twins, and
-//!   verify over HTTP that each payment was charged exactly once and every client got the same
-//!   receipt. Exits non-zero otherwise.
+//! The same code runs on an embedded store (the default: a directory) or, with
+//! `--postgres URL`, on PostgreSQL, where any number of instances share one store (fleet mode).
 //!
-//! Run: `cargo run --release --features http --example axum_payments -- check`.
+//! Modes:
+//! - `serve [--addr 127.0.0.1:3000] [--db DIR | --postgres URL] [--synced] [--no-layer]
+//!   [--bank] [--lease-ms N]`: run the service (the load test drives it with wrk; `--no-layer`
+//!   measures the same service without idempotency). It prints `listening ADDR` on stdout.
+//!   `--bank` (with `--postgres`) keeps the charges in a PostgreSQL table instead of memory, so
+//!   that they outlive a killed instance;
+//! - `check [--payments N] [--postgres URL]` (the default): start the service on an ephemeral
+//!   port, send N payments from concurrent clients with duplicate deliveries, lost replies and
+//!   concurrent twins, and verify over HTTP that each payment was charged exactly once and every
+//!   client got the same receipt. Exits non-zero otherwise;
+//! - `fleet [--postgres URL] [--instances 3] [--payments 2000] [--kills 6]`: fleet mode, see
+//!   [`fleet`]: several instance processes on one PostgreSQL, retries sent to random instances,
+//!   instances SIGKILLed and restarted; checks and reports that every payment was charged once.
+//!
+//! Run: `cargo run --release --features http,postgres --example axum_payments -- check`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,12 +39,22 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use idemdb::http::{IdempotencyLayer, WhileRunning};
-use idemdb::{Config, Durability};
+use idemdb::{AsyncStore, Config, Durability};
 
+/// Where the charges are kept: in memory (one process), or in a PostgreSQL table (the fleet's
+/// bank, which outlives the instances).
 #[derive(Default)]
 struct Ledger {
     charges: AtomicU64,
+    bank: Option<tokio_postgres::Client>,
 }
+
+/// The bank's tables (fleet mode): every handler run that reached the bank, and the charges,
+/// one per (user, key): the bank, like a real payment provider, takes the caller's idempotency
+/// key as the charge's reference.
+const BANK_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS demo_attempts (user_name text, key text, pid int, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS demo_charges (id bigserial PRIMARY KEY, user_name text, key text, amount bigint, pid int, UNIQUE (user_name, key));";
 
 async fn pay(
     State(ledger): State<Arc<Ledger>>,
@@ -62,7 +81,26 @@ async fn pay(
             )
         }
     };
-    let id = ledger.charges.fetch_add(1, Ordering::SeqCst) + 1;
+    let id = match &ledger.bank {
+        None => ledger.charges.fetch_add(1, Ordering::SeqCst) + 1,
+        Some(bank) => {
+            let key = headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            match charge(bank, &user, &key, amount).await {
+                Ok(id) => id,
+                Err(e) => {
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        HeaderMap::new(),
+                        format!("{{\"error\":\"bank: {e}\"}}"),
+                    )
+                }
+            }
+        }
+    };
     let mut out = HeaderMap::new();
     out.insert(
         "location",
@@ -76,8 +114,52 @@ async fn pay(
     )
 }
 
+/// Charges `amount` at the bank under the reference (user, key): records the attempt, then
+/// inserts the charge unless the reference was charged already; the charge's id either way.
+async fn charge(
+    bank: &tokio_postgres::Client,
+    user: &str,
+    key: &str,
+    amount: u64,
+) -> Result<u64, tokio_postgres::Error> {
+    let pid = std::process::id() as i32;
+    let amount = amount as i64;
+    bank.execute(
+        "INSERT INTO demo_attempts (user_name, key, pid) VALUES ($1, $2, $3)",
+        &[&user, &key, &pid],
+    )
+    .await?;
+    let row = bank
+        .query_opt(
+            "INSERT INTO demo_charges (user_name, key, amount, pid) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (user_name, key) DO NOTHING RETURNING id",
+            &[&user, &key, &amount, &pid],
+        )
+        .await?;
+    let row = match row {
+        Some(r) => r,
+        None => {
+            bank.query_one(
+                "SELECT id FROM demo_charges WHERE user_name = $1 AND key = $2",
+                &[&user, &key],
+            )
+            .await?
+        }
+    };
+    Ok(row.get::<_, i64>(0) as u64)
+}
+
 async fn ledger(State(ledger): State<Arc<Ledger>>) -> String {
-    ledger.charges.load(Ordering::SeqCst).to_string()
+    match &ledger.bank {
+        None => ledger.charges.load(Ordering::SeqCst).to_string(),
+        Some(bank) => match bank
+            .query_one("SELECT count(*) FROM demo_charges", &[])
+            .await
+        {
+            Ok(r) => r.get::<_, i64>(0).to_string(),
+            Err(e) => format!("bank: {e}"),
+        },
+    }
 }
 
 /// The bearer token, standing in for an authentication middleware's principal.
@@ -88,8 +170,11 @@ fn principal_of(headers: &HeaderMap) -> Option<String> {
         .then(|| token.to_owned())
 }
 
-fn app(store: Option<idemdb::Store>) -> (Router, Arc<Ledger>, Option<IdempotencyLayer>) {
-    let ledger_state = Arc::new(Ledger::default());
+fn app(
+    store: Option<AsyncStore>,
+    ledger_state: Ledger,
+) -> (Router, Arc<Ledger>, Option<IdempotencyLayer>) {
+    let ledger_state = Arc::new(ledger_state);
     let routes = Router::new()
         .route("/payments", post(pay))
         .route("/ledger", get(ledger));
@@ -111,12 +196,20 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
-fn open_store(db: Option<String>, synced: bool) -> (idemdb::Store, Option<tempfile::TempDir>) {
-    let (path, tmp) = match db {
-        Some(p) => (std::path::PathBuf::from(p), None),
-        None => {
+/// The store: on PostgreSQL if `postgres` is given, else in `db` (a temporary directory if
+/// none); the lease if given (the default is 30 s).
+async fn open_store(
+    db: Option<String>,
+    postgres: Option<String>,
+    synced: bool,
+    lease: Option<Duration>,
+) -> (AsyncStore, Option<tempfile::TempDir>) {
+    let (cfg, tmp) = match (postgres, db) {
+        (Some(url), _) => (Config::postgres(url), None),
+        (None, Some(p)) => (Config::new(p), None),
+        (None, None) => {
             let t = tempfile::tempdir().expect("temp dir");
-            (t.path().to_path_buf(), Some(t))
+            (Config::new(t.path()), Some(t))
         }
     };
     let durability = if synced {
@@ -124,17 +217,42 @@ fn open_store(db: Option<String>, synced: bool) -> (idemdb::Store, Option<tempfi
     } else {
         Durability::Buffered
     };
-    let store = Config::new(path)
+    let cfg = match lease {
+        Some(l) => cfg.lease(l),
+        None => cfg,
+    };
+    let store = cfg
         .durability(durability)
-        .open()
-        .expect("open the store");
+        .open_async()
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("axum_payments: cannot open the store: {e}");
+            std::process::exit(1)
+        });
     (store, tmp)
+}
+
+/// A client of the bank at `url` (fleet mode), with its tables created.
+async fn bank(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("axum_payments: PostgreSQL at {url} cannot be reached: {e}");
+            std::process::exit(1)
+        });
+    tokio::spawn(conn);
+    client
+        .batch_execute(BANK_SCHEMA)
+        .await
+        .expect("create the bank's tables");
+    client
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let synced = args.iter().any(|a| a == "--synced");
+    let postgres = arg(&args, "--postgres");
     match args.first().map(String::as_str) {
         Some("serve") => {
             let addr: SocketAddr = arg(&args, "--addr")
@@ -142,11 +260,21 @@ async fn main() {
                 .parse()
                 .expect("--addr host:port");
             let no_layer = args.iter().any(|a| a == "--no-layer");
-            let (store, _tmp) = open_store(arg(&args, "--db"), synced);
-            let (router, _, _) = app((!no_layer).then_some(store));
+            let lease = arg(&args, "--lease-ms")
+                .map(|v| Duration::from_millis(v.parse().expect("--lease-ms N")));
+            let (store, _tmp) =
+                open_store(arg(&args, "--db"), postgres.clone(), synced, lease).await;
+            let mut ledger = Ledger::default();
+            if args.iter().any(|a| a == "--bank") {
+                let url = postgres.as_deref().expect("--bank needs --postgres URL");
+                ledger.bank = Some(bank(url).await);
+            }
+            let backend = store.backend_name();
+            let (router, _, _) = app((!no_layer).then_some(store), ledger);
             let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+            let addr = listener.local_addr().expect("local address");
             eprintln!(
-                "axum_payments: serving on http://{addr} ({}, {})",
+                "axum_payments: serving on http://{addr} ({}, {backend}, {})",
                 if no_layer {
                     "no idempotency layer"
                 } else {
@@ -154,19 +282,38 @@ async fn main() {
                 },
                 if synced { "synced" } else { "buffered" }
             );
+            println!("listening {addr}");
             axum::serve(listener, router).await.expect("serve");
         }
         None | Some("check") => {
             let payments: u64 = arg(&args, "--payments")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(500);
-            if let Err(e) = check(payments, synced).await {
+            if let Err(e) = check(payments, synced, postgres).await {
                 eprintln!("axum_payments check FAILED: {e}");
                 std::process::exit(1);
             }
         }
+        Some("fleet") => {
+            let n = |name: &str, default: u64| {
+                arg(&args, name)
+                    .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} N")))
+                    .unwrap_or(default)
+            };
+            let url = postgres.unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+            let plan = fleet::Plan {
+                instances: n("--instances", 3) as usize,
+                payments: n("--payments", 2_000),
+                kills: n("--kills", 6),
+                lease: Duration::from_millis(n("--lease-ms", 2_000)),
+            };
+            if let Err(e) = fleet::run(&url, plan).await {
+                eprintln!("axum_payments fleet FAILED: {e}");
+                std::process::exit(1);
+            }
+        }
         Some(other) => {
-            eprintln!("unknown mode {other}; use `serve` or `check`");
+            eprintln!("unknown mode {other}; use `serve`, `check` or `fleet`");
             std::process::exit(2);
         }
     }
@@ -201,9 +348,14 @@ async fn post_payment(
 
 /// Clients send every payment, some twice at once (a proxy duplicating), some again later (a
 /// lost reply); the ledger must count each payment once and each client see one receipt.
-async fn check(payments: u64, synced: bool) -> Result<(), String> {
-    let (store, _tmp) = open_store(None, synced);
-    let (router, ledger, layer) = app(Some(store));
+async fn check(payments: u64, synced: bool, postgres: Option<String>) -> Result<(), String> {
+    // On PostgreSQL, in a schema of its own, emptied first.
+    let postgres = match postgres {
+        Some(url) => Some(fleet::fresh_schema(&url, "axum_payments_check").await?),
+        None => None,
+    };
+    let (store, _tmp) = open_store(None, postgres, synced, None).await;
+    let (router, ledger, layer) = app(Some(store), Ledger::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;
@@ -284,3 +436,6 @@ async fn check(payments: u64, synced: bool) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[path = "axum_payments/fleet.rs"]
+mod fleet;

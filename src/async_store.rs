@@ -118,7 +118,9 @@ impl AsyncStore {
 
     /// Claims `key` of `tenant` for a request with this `fingerprint`, as [`Store::claim`]:
     /// exactly one of any number of concurrent claimers (in any instance sharing the store)
-    /// acquires. If this future is dropped before it finishes, a lease it acquired is released.
+    /// acquires. If this future is dropped before it finishes (its caller went away), a lease it
+    /// acquires is released, not left pending until it runs out: the claim runs to its end on
+    /// its own (on the blocking pool, or as a task of the current runtime) and releases it.
     pub async fn claim(
         &self,
         tenant: impl AsRef<[u8]>,
@@ -126,8 +128,21 @@ impl AsyncStore {
         fingerprint: impl AsRef<[u8]>,
         opts: impl std::borrow::Borrow<ClaimOptions>,
     ) -> Result<Claim> {
-        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
-        let opts = *opts.borrow();
+        let (t, k, f) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        self.claim_with(t, k, f, *opts.borrow(), &NO_RELEASE_REPORT)
+            .await
+    }
+
+    /// [`AsyncStore::claim`], calling `on_release` with the outcome of each release of a lease
+    /// acquired for a caller that went away (the HTTP layer counts them).
+    pub(crate) async fn claim_with(
+        &self,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+        on_release: &OnRelease,
+    ) -> Result<Claim> {
         // Both backends check the arguments with the same code (`requests::check_claim`): the
         // embedded store inside its claim, PostgreSQL here.
         match &self.backend {
@@ -135,29 +150,40 @@ impl AsyncStore {
                 s.claim(tenant, key, fingerprint, opts)
             }
             Backend::Embedded(s) => {
-                let (s, t, k, f) = (
-                    s.clone(),
-                    tenant.to_vec(),
-                    key.to_vec(),
-                    fingerprint.to_vec(),
-                );
-                PooledClaim::spawn(s, move |s| s.claim(t, k, f, opts)).await
+                // A replay or mismatch needs no write, so it is read inline (no sync); only a
+                // claim that may write (and sync) goes to the blocking pool.
+                if let Ok(Some(answer)) = s.peek_final(tenant, key, fingerprint) {
+                    return Ok(answer);
+                }
+                let (t, k, f) = (tenant.to_vec(), key.to_vec(), fingerprint.to_vec());
+                PooledClaim::spawn(s.clone(), on_release.clone(), move |s| {
+                    s.claim(t, k, f, opts)
+                })
+                .await
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
                 let (lease_ms, retention_ms) =
                     crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
-                pg.claim(
-                    Namespace::Requests,
-                    tenant,
-                    key,
-                    fingerprint,
-                    lease_ms,
-                    retention_ms,
-                )
+                let (pg, t, k, f) = (
+                    pg.clone(),
+                    tenant.to_vec(),
+                    key.to_vec(),
+                    fingerprint.to_vec(),
+                );
+                Finished::new(self.clone(), on_release.clone(), async move {
+                    pg.claim(Namespace::Requests, &t, &k, &f, lease_ms, retention_ms)
+                        .await
+                })
                 .await
             }
         }
+    }
+
+    /// Releases a lease acquired for a caller that went away, and reports the outcome.
+    #[cfg(feature = "postgres")]
+    async fn release_abandoned(&self, lease: Lease, on_release: OnRelease) {
+        on_release(self.fail(&lease, FailKind::Retryable).await);
     }
 
     /// Stores `response` as the result of the leased operation, as [`Store::complete`].
@@ -394,33 +420,32 @@ where
     }
 }
 
-/// A claim running on the blocking pool. Exactly one side releases a lease nobody will use: the
-/// pool thread, if this future was dropped before the answer was sent (the send fails), or this
-/// future's drop, if the answer was sent but not taken (the receiver is closed first, so the two
-/// cannot both see the lease).
-pub(crate) struct PooledClaim {
+/// Called with the outcome of each release of an abandoned lease.
+pub(crate) type OnRelease = Arc<dyn Fn(Result<LeaseResult>) + Send + Sync>;
+
+/// The report of a release nobody asked to hear about.
+static NO_RELEASE_REPORT: std::sync::LazyLock<OnRelease> =
+    std::sync::LazyLock::new(|| Arc::new(drop));
+
+/// A claim running on the blocking pool (an embedded store that syncs). Exactly one side
+/// releases a lease nobody will use: the pool thread, if this future was dropped before the
+/// answer was sent (the send fails), or this future's drop, if the answer was sent but not taken
+/// (the receiver is closed first, so the two cannot both see the lease).
+struct PooledClaim {
     rx: Option<oneshot::Receiver<Result<Claim>>>,
     store: Store,
     on_release: OnRelease,
 }
 
-/// Called with the outcome of each release of an abandoned lease.
-pub(crate) type OnRelease = Arc<dyn Fn(Result<LeaseResult>) + Send + Sync>;
-
 impl PooledClaim {
-    fn spawn(store: Store, f: impl FnOnce(&Store) -> Result<Claim> + Send + 'static) -> Self {
-        Self::spawn_with(store, f, Arc::new(drop))
-    }
-
-    /// As [`PooledClaim::spawn`], calling `on_release` with the outcome of each release of an
-    /// abandoned lease (the HTTP layer counts them).
-    pub(crate) fn spawn_with(
+    fn spawn(
         store: Store,
-        f: impl FnOnce(&Store) -> Result<Claim> + Send + 'static,
         on_release: OnRelease,
+        f: impl FnOnce(&Store) -> Result<Claim> + Send + 'static,
     ) -> Self {
+        let s = store.clone();
         let (tx, rx) = oneshot::channel();
-        let (s, release) = (store.clone(), on_release.clone());
+        let release = on_release.clone();
         // The pool runs the closure even if nobody waits for its handle any more.
         drop(tokio::task::spawn_blocking(move || {
             if let Err(Ok(Claim::Acquired(lease))) = tx.send(f(&s)) {
@@ -464,7 +489,8 @@ impl Drop for PooledClaim {
         };
         rx.close();
         if let Ok(Ok(Claim::Acquired(lease))) = rx.try_recv() {
-            let (store, on_release) = (self.store.clone(), self.on_release.clone());
+            let store = self.store.clone();
+            let on_release = self.on_release.clone();
             let release = move || on_release(store.fail(&lease, FailKind::Retryable));
             match tokio::runtime::Handle::try_current() {
                 // The release may sync: on the pool, not on the worker dropping this future.
@@ -472,6 +498,65 @@ impl Drop for PooledClaim {
                 // Outside a runtime no worker can be stalled: release here.
                 Err(_) => release(),
             }
+        }
+    }
+}
+
+/// A claim's future that is finished even if its owner drops it (a claim on PostgreSQL whose
+/// statement may already be on its way): polled in place while its owner waits (no task, no
+/// channel on the common path); dropped unfinished, the rest runs as a task of the current
+/// runtime, which releases the lease if the claim acquired one. Outside a runtime the rest cannot
+/// run: an acquired lease then runs out by itself.
+#[cfg(feature = "postgres")]
+struct Finished {
+    fut: Option<Pin<Box<dyn Future<Output = Result<Claim>> + Send>>>,
+    store: AsyncStore,
+    on_release: OnRelease,
+}
+
+#[cfg(feature = "postgres")]
+impl Finished {
+    fn new(
+        store: AsyncStore,
+        on_release: OnRelease,
+        fut: impl Future<Output = Result<Claim>> + Send + 'static,
+    ) -> Self {
+        Finished {
+            fut: Some(Box::pin(fut)),
+            store,
+            on_release,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Future for Finished {
+    type Output = Result<Claim>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Claim>> {
+        let this = self.get_mut();
+        let Some(fut) = this.fut.as_mut() else {
+            return Poll::Pending; // polled after completion: never ready again
+        };
+        let out = fut.as_mut().poll(cx);
+        if out.is_ready() {
+            this.fut = None;
+        }
+        out
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let Some(fut) = self.fut.take() else { return };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (store, on_release) = (self.store.clone(), self.on_release.clone());
+            rt.spawn(async move {
+                if let Ok(Claim::Acquired(lease)) = fut.await {
+                    store.release_abandoned(lease, on_release).await;
+                }
+            });
         }
     }
 }

@@ -104,7 +104,7 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{header, HeaderName, Method, StatusCode};
 
-use crate::store::Store;
+use crate::async_store::AsyncStore;
 
 pub use body::{BoxError, HttpBody};
 pub use service::Idempotency;
@@ -148,7 +148,7 @@ pub struct IdempotencyLayer {
 
 #[derive(Clone)]
 pub(crate) struct Options {
-    pub(crate) store: Store,
+    pub(crate) store: AsyncStore,
     pub(crate) methods: Vec<Method>,
     pub(crate) require_key: bool,
     pub(crate) max_key_len: usize,
@@ -166,8 +166,13 @@ pub(crate) struct Options {
 }
 
 impl IdempotencyLayer {
-    /// A layer over `store` with every default (see each setter).
-    pub fn new(store: Store) -> Self {
+    /// A layer over `store` with every default (see each setter): an embedded
+    /// [`Store`](crate::Store) or an [`AsyncStore`] on either backend (a fleet's instances share
+    /// one store on PostgreSQL). The layer behaves the same on both; on PostgreSQL, an
+    /// unreachable database answers 503 (`idempotency-store-unavailable`) and the handler does
+    /// not run.
+    pub fn new(store: impl Into<AsyncStore>) -> Self {
+        let store = store.into();
         let lease = store.config().lease;
         let retention = store.config().retention;
         let max_key_len = store.config().max_key_len;

@@ -1,9 +1,10 @@
 //! The service the layer wraps around a handler. Invariant: once a claim acquires a key's lease,
 //! the handler and the recording of its outcome always end by storing the response or releasing
 //! the key, whether or not the client is still connected (a dropped request hands its unfinished
-//! work to the runtime; a claim still on the blocking pool when its request is dropped releases
-//! what it acquires) and whether or not the handler panics; store calls that may sync the disk
-//! run on tokio's blocking pool, never on a runtime worker.
+//! work to the runtime; a claim still in flight when its request is dropped finishes on its own
+//! and releases what it acquires) and whether or not the handler panics. Every store call goes
+//! through the [`AsyncStore`](crate::AsyncStore), on either backend: calls that may sync the disk
+//! run on tokio's blocking pool and PostgreSQL calls are async, never blocking a runtime worker.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -25,11 +26,9 @@ use super::problem::problem;
 use super::stored::{meta_of, meta_size, replay_response};
 use super::tenant::{tenant_of, NoTenant};
 use super::{Counters, Options, WhileRunning};
-use crate::async_store::{blocking, PooledClaim};
-use crate::config::Durability;
+use crate::async_store::OnRelease;
 use crate::error::{Error, Result};
-use crate::record::{Claim, ClaimOptions, FailKind, Lease, Response};
-use crate::store::Store;
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Response};
 
 /// The idempotent service built by [`super::IdempotencyLayer`].
 #[derive(Clone)]
@@ -168,25 +167,18 @@ where
         WhileRunning::Reject => Instant::now(),
         WhileRunning::Wait(d) => Instant::now() + d,
     };
-    let tenant: Arc<str> = tenant.into();
-    let key: Arc<str> = key.into();
-    let fp: Arc<[u8]> = fp.into();
+    let on_release = release_counter(&opts);
     let lease = loop {
-        // A replay or mismatch needs no write, so it is read inline even on a synced store; only
-        // a claim that may write (and sync) goes to the blocking pool.
-        let peeked = match opts.store.config().durability {
-            Durability::Synced => opts
-                .store
-                .peek_final(tenant.as_bytes(), key.as_bytes(), &fp),
-            _ => Ok(None),
-        };
-        let claim = match peeked {
-            Ok(Some(answer)) => Ok(answer),
-            Ok(None) | Err(_) => {
-                let (t, k, f, o) = (tenant.clone(), key.clone(), fp.clone(), claim_opts);
-                claim_guarded(&opts, move |s| s.claim(&*t, &*k, &*f, o)).await
-            }
-        };
+        let claim = opts
+            .store
+            .claim_with(
+                tenant.as_bytes(),
+                key.as_bytes(),
+                &fp,
+                claim_opts,
+                &on_release,
+            )
+            .await;
         match claim {
             Err(e) => return Ok(store_error(&opts, &e)),
             Ok(Claim::Acquired(lease)) => break lease,
@@ -227,29 +219,17 @@ where
     Detached::new(run_leased(opts, inner, req, lease, route)).await
 }
 
-/// Runs a claim: inline on a store that never syncs; on a synced store, on tokio's blocking pool
-/// inside a [`PooledClaim`], so that a lease acquired for a request that is dropped meanwhile (its
-/// client went away) is released instead of left pending until it runs out.
-async fn claim_guarded<F>(opts: &Options, f: F) -> Result<Claim>
-where
-    F: FnOnce(&Store) -> Result<Claim> + Send + 'static,
-{
-    if opts.store.config().durability == Durability::Buffered {
-        return f(&opts.store);
-    }
+/// Counts the releases of leases acquired for a client that had gone away before the claim
+/// answered (a claim on the blocking pool or on PostgreSQL finishes on its own and releases).
+fn release_counter(opts: &Options) -> OnRelease {
     let stats = opts.stats.clone();
-    PooledClaim::spawn_with(
-        opts.store.clone(),
-        f,
-        Arc::new(move |released| {
-            Counters::bump(match released {
-                Ok(Ok(())) => &stats.abandoned,
-                Ok(Err(_)) => &stats.lease_lost,
-                Err(_) => &stats.store_errors,
-            })
-        }),
-    )
-    .await
+    Arc::new(move |released| {
+        Counters::bump(match released {
+            Ok(Ok(())) => &stats.abandoned,
+            Ok(Err(_)) => &stats.lease_lost,
+            Err(_) => &stats.store_errors,
+        })
+    })
 }
 
 /// A future that is finished even if its owner drops it: an unfinished future is spawned on the
@@ -355,18 +335,15 @@ where
     let every = (opts.lease / 3).max(Duration::from_millis(10));
     let mut renewing = true;
     let started = Instant::now();
+    // Until when the lease is surely still ours (measured from before the call that set it).
+    let mut held_until = started + opts.lease;
     let ran = loop {
         tokio::select! {
             r = &mut handler => break r,
             _ = tokio::time::sleep(every), if renewing => {
-                let (d, l) = (opts.lease, lease.clone());
-                let renewed = blocking(&opts.store, move |s| {
-                    let mut l = l;
-                    s.renew(&mut l, d).map(|r| r.map(|()| l))
-                })
-                .await;
-                match renewed {
-                    Ok(Ok(l)) => lease = l,
+                let asked = Instant::now();
+                match opts.store.renew(&mut lease, opts.lease).await {
+                    Ok(Ok(())) => held_until = asked + opts.lease,
                     // The key is no longer ours; the handler finishes but its result will not be
                     // stored (complete reports the loss).
                     Ok(Err(_)) => renewing = false,
@@ -380,31 +357,35 @@ where
     match ran {
         Some(Ran::Whole(parts, meta, bytes)) => {
             if (opts.store_status)(parts.status) {
-                let response = Response {
+                // Built per try from the shared bytes (one copy, as a single try needs).
+                let response = || Response {
                     body: bytes.to_vec(),
-                    meta,
+                    meta: meta.clone(),
                 };
-                let l = lease;
-                match blocking(&opts.store, move |s| s.complete(&l, response)).await {
+                let finished = |l: &LeaseLost| matches!(l, LeaseLost::Finished);
+                let stored = persist(held_until, finished, || {
+                    opts.store.complete(&lease, response())
+                });
+                match stored.await {
                     Ok(Ok(())) => Counters::bump(&stats.executed),
                     Ok(Err(_)) => Counters::bump(&stats.lease_lost),
                     Err(_) => Counters::bump(&stats.store_errors),
                 }
             } else {
-                release(&opts, lease, &stats.released).await;
+                release(&opts, lease, held_until, &stats.released).await;
             }
             Ok(HttpResponse::from_parts(parts, full(bytes)))
         }
         Some(Ran::TooLarge(parts, body)) => {
-            release(&opts, lease, &stats.oversized).await;
+            release(&opts, lease, held_until, &stats.oversized).await;
             Ok(HttpResponse::from_parts(parts, body))
         }
         Some(Ran::Error(e)) => {
-            release(&opts, lease, &stats.released).await;
+            release(&opts, lease, held_until, &stats.released).await;
             Err(e)
         }
         Some(Ran::BodyFailed) => {
-            release(&opts, lease, &stats.released).await;
+            release(&opts, lease, held_until, &stats.released).await;
             Ok(problem(
                 &opts.problem_docs,
                 StatusCode::BAD_GATEWAY,
@@ -413,7 +394,7 @@ where
             ))
         }
         None => {
-            release(&opts, lease, &stats.released).await;
+            release(&opts, lease, held_until, &stats.released).await;
             Ok(problem(
                 &opts.problem_docs,
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -425,11 +406,52 @@ where
 }
 
 /// Releases the key for a retry and counts why.
-async fn release(opts: &Options, lease: Lease, why: &std::sync::atomic::AtomicU64) {
-    match blocking(&opts.store, move |s| s.fail(&lease, FailKind::Retryable)).await {
+async fn release(
+    opts: &Options,
+    lease: Lease,
+    held_until: Instant,
+    why: &std::sync::atomic::AtomicU64,
+) {
+    let released = |l: &LeaseLost| matches!(l, LeaseLost::Released);
+    let done = persist(held_until, released, || {
+        opts.store.fail(&lease, FailKind::Retryable)
+    });
+    match done.await {
         Ok(Ok(())) => Counters::bump(why),
         Ok(Err(_)) => Counters::bump(&opts.stats.lease_lost),
         Err(_) => Counters::bump(&opts.stats.store_errors),
+    }
+}
+
+/// Runs a holder's call (`complete`, `fail`) until it gets an answer, while the lease is surely
+/// ours: a store that is momentarily unavailable or busy (a database restarting, a connection
+/// lost with the answer) is asked again after a pause (20 ms, doubling up to 1 s), so that an
+/// effect that ran is recorded and not run again by a retry after the lease. A call asked again
+/// may find its own earlier try's change (whose answer was lost): `ours` tells that loss
+/// (`Finished` for a completion, `Released` for a release), which then counts as success.
+async fn persist<F, Fut>(
+    held_until: Instant,
+    ours: fn(&LeaseLost) -> bool,
+    mut call: F,
+) -> Result<std::result::Result<(), LeaseLost>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<std::result::Result<(), LeaseLost>>>,
+{
+    let mut pause = Duration::from_millis(20);
+    let mut asked_before = false;
+    loop {
+        match call().await {
+            Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. })
+                if Instant::now() + pause < held_until =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+                asked_before = true;
+            }
+            Ok(Err(lost)) if asked_before && ours(&lost) => return Ok(Ok(())),
+            other => return other,
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use idemdb::http::IdempotencyLayer;
-use idemdb::{Config, Durability, Store};
+use idemdb::{AsyncStore, Config, Durability, Store};
 
 /// How many times each handler ran.
 #[derive(Default)]
@@ -48,7 +48,7 @@ pub fn store(dir: &std::path::Path, durability: Durability, max_response: usize)
 }
 
 /// The principal is the `x-user` header, as an authentication middleware would set it.
-pub fn layer(store: Store) -> IdempotencyLayer {
+pub fn layer(store: impl Into<AsyncStore>) -> IdempotencyLayer {
     IdempotencyLayer::new(store).principal(|req| {
         req.headers
             .get("x-user")
@@ -65,7 +65,23 @@ pub async fn serve(
 ) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = store(dir.path(), durability, max_response);
-    let layer = configure(layer(store.clone()));
+    let (addr, calls, layer) = serve_on(store.clone().into(), configure).await;
+    Server {
+        addr,
+        calls,
+        layer,
+        store,
+        _dir: dir,
+    }
+}
+
+/// Starts the test service on `store` (either backend) with the layer `configure` returns;
+/// its address, its handlers' call counts and the layer.
+pub async fn serve_on(
+    store: AsyncStore,
+    configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer,
+) -> (SocketAddr, Arc<Calls>, IdempotencyLayer) {
+    let layer = configure(layer(store));
     let calls = Arc::new(Calls::default());
     let app = Router::new()
         .route("/pay", post(pay))
@@ -83,13 +99,7 @@ pub async fn serve(
     tokio::spawn(async move {
         axum::serve(listener, app).await.expect("serve");
     });
-    Server {
-        addr,
-        calls,
-        layer,
-        store,
-        _dir: dir,
-    }
+    (addr, calls, layer)
 }
 
 /// Charges once per run: waits `x-delay-ms`, then answers 201 with a Location, a cookie, and a

@@ -9,6 +9,8 @@
 
 #[macro_use]
 mod harness;
+#[path = "../common/http.rs"]
+mod http_common;
 
 mod bad_input_is_refused_and_changes_nothing;
 mod cli_reaches_a_postgres_store;
@@ -19,6 +21,8 @@ mod expired_rows_are_swept_in_the_background;
 mod fencing_tokens_increase_for_every_key;
 mod first_claim_acquires_and_retries_replay;
 mod forgotten_record_is_gone_for_its_holder;
+mod http_answers_503_while_the_database_is_down;
+mod http_layer_runs_alike_on_both_backends;
 mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
