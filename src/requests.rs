@@ -352,8 +352,8 @@ impl Store {
     /// bound to another fingerprint (mismatch), read without the stripe lock and without writing:
     /// such an answer cannot change until the record expires or is forgotten, so it is the one a
     /// locked claim would give at this instant. `None` when only a claim can decide (absent,
-    /// pending, released, expired, or arguments a claim would reject). Used by the HTTP layer.
-    #[cfg(feature = "http")]
+    /// pending, released, expired, or arguments a claim would reject). Used by the async store (and so the HTTP layer).
+    #[cfg(feature = "async")]
     pub(crate) fn peek_final(
         &self,
         tenant: &[u8],
