@@ -17,73 +17,67 @@ macro_rules! now_cte {
 pub(crate) const NOW: &str = concat!(now_cte!("$1"), " SELECT t FROM now");
 
 /// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock.
-/// Tries to insert a new pending row (`ON CONFLICT DO NOTHING`: no lock on an existing row).
-/// Only if a row exists: reads it (`seen`, the statement's snapshot) and, if the snapshot shows it
-/// acquirable (expired, so replaced as new; released; or its lease ran out with the same
-/// fingerprint, a takeover), updates it under the row lock, where the same conditions are checked
-/// again on the row's latest version. The fence is taken from the sequence as the row is written.
-/// Returns the acquired row, or (nothing acquired) the row as the snapshot saw it. A replay takes
-/// no lock and writes nothing: the insert finds the conflict and skips, the update's conditions
-/// fail on the snapshot. A new key costs one index probe and the insert, as a hand-written
-/// `INSERT ... ON CONFLICT DO NOTHING` does: the later parts are skipped by one-time filters.
+/// Inserts a new pending row, or, on conflict, acquires the existing row if it expired
+/// (replaced as new), was released, or its lease ran out with the same fingerprint (a takeover).
+/// The fence is taken from the sequence while the row is locked. Returns the acquired row, or
+/// (nothing acquired) the row as the statement's snapshot saw it. A row the snapshot shows
+/// live and not acquirable is answered without trying the insert (a replay reads, never locks).
 pub(crate) const CLAIM: &str = concat!(
     now_cte!("$7"),
-    ", ins AS (
+    ", seen AS (
+    SELECT r.* FROM idemdb_requests r WHERE r.ns = $1 AND r.tenant = $2 AND r.key = $3
+), acquired AS (
     INSERT INTO idemdb_requests AS r
         (ns, tenant, key, fingerprint, created_at, expires_at, fence, attempts, takeovers,
          state, lease_until, taken_over)
     SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, now.t, now.t + $6::bigint,
            nextval('idemdb_fence'), 1, 0, 0, now.t + $5::bigint, false
     FROM now
-    ON CONFLICT (ns, tenant, key) DO NOTHING
-    RETURNING r.fence, r.attempts, r.taken_over, r.lease_until, r.expires_at
-), seen AS (
-    SELECT r.* FROM idemdb_requests r
-    WHERE r.ns = $1 AND r.tenant = $2 AND r.key = $3 AND NOT EXISTS (SELECT 1 FROM ins)
-), upd AS (
-    UPDATE idemdb_requests r SET
-        fingerprint = $4::bytea,
-        created_at = CASE WHEN r.expires_at <= now.t THEN now.t ELSE r.created_at END,
-        expires_at = CASE WHEN r.expires_at <= now.t THEN now.t + $6::bigint
-                          ELSE GREATEST(r.expires_at, now.t + $5::bigint) END,
+    -- A row that the snapshot shows live and not acquirable (another fingerprint, finished, or
+    -- leased) is answered from the snapshot: no insert is tried, so a replay takes no lock.
+    WHERE NOT EXISTS (
+        SELECT 1 FROM seen s
+        WHERE s.expires_at > now.t
+          AND (s.fingerprint <> $4::bytea OR s.state IN (2, 3)
+               OR (s.state = 0 AND s.lease_until > now.t)))
+    ON CONFLICT (ns, tenant, key) DO UPDATE SET
+        fingerprint = CASE WHEN r.expires_at <= excluded.created_at
+                           THEN excluded.fingerprint ELSE r.fingerprint END,
+        created_at = CASE WHEN r.expires_at <= excluded.created_at
+                          THEN excluded.created_at ELSE r.created_at END,
+        expires_at = CASE WHEN r.expires_at <= excluded.created_at
+                          THEN excluded.expires_at
+                          ELSE GREATEST(r.expires_at, excluded.lease_until) END,
         fence = nextval('idemdb_fence'),
-        attempts = CASE WHEN r.expires_at <= now.t THEN 1 ELSE r.attempts + 1 END,
-        takeovers = CASE WHEN r.expires_at <= now.t THEN 0
+        attempts = CASE WHEN r.expires_at <= excluded.created_at THEN 1 ELSE r.attempts + 1 END,
+        takeovers = CASE WHEN r.expires_at <= excluded.created_at THEN 0
                          ELSE r.takeovers + (r.state = 0)::int END,
-        taken_over = r.expires_at > now.t AND r.state = 0,
+        taken_over = r.expires_at > excluded.created_at AND r.state = 0,
         state = 0,
-        lease_until = now.t + $5::bigint,
+        lease_until = excluded.lease_until,
         finished_at = NULL,
         response_body = NULL,
         response_meta = NULL,
-        checkpoint_phase = CASE WHEN r.expires_at <= now.t THEN NULL ELSE r.checkpoint_phase END,
-        checkpoint_state = CASE WHEN r.expires_at <= now.t THEN NULL ELSE r.checkpoint_state END
-    FROM now, seen s
-    WHERE NOT EXISTS (SELECT 1 FROM ins) AND r.ns = $1 AND r.tenant = $2 AND r.key = $3
-      AND (s.expires_at <= now.t
-           OR (s.fingerprint = $4::bytea
-               AND (s.state = 1 OR (s.state = 0 AND s.lease_until <= now.t))))
-      AND (r.expires_at <= now.t
-           OR (r.fingerprint = $4::bytea
-               AND (r.state = 1 OR (r.state = 0 AND r.lease_until <= now.t))))
+        checkpoint_phase = CASE WHEN r.expires_at <= excluded.created_at
+                                THEN NULL ELSE r.checkpoint_phase END,
+        checkpoint_state = CASE WHEN r.expires_at <= excluded.created_at
+                                THEN NULL ELSE r.checkpoint_state END
+    WHERE r.expires_at <= excluded.created_at
+       OR (r.fingerprint = excluded.fingerprint
+           AND (r.state = 1 OR (r.state = 0 AND r.lease_until <= excluded.created_at)))
     RETURNING r.fence, r.attempts, r.taken_over, r.lease_until, r.expires_at,
               r.checkpoint_phase, r.checkpoint_state
 )
-SELECT true AS acquired, i.fence, i.attempts, i.taken_over, i.lease_until, i.expires_at,
-       NULL::text AS checkpoint_phase, NULL::bytea AS checkpoint_state,
-       NULL::bytea AS fingerprint, NULL::smallint AS state, NULL::bigint AS finished_at,
-       NULL::bytea AS response_body, NULL::text[] AS response_meta, (SELECT t FROM now) AS now
-FROM ins i
-UNION ALL
-SELECT true, u.fence, u.attempts, u.taken_over, u.lease_until, u.expires_at,
-       u.checkpoint_phase, u.checkpoint_state, NULL, NULL, NULL, NULL, NULL,
-       (SELECT t FROM now)
-FROM upd u
+SELECT true AS acquired, a.fence, a.attempts, a.taken_over, a.lease_until, a.expires_at,
+       a.checkpoint_phase, a.checkpoint_state, NULL::bytea AS fingerprint,
+       NULL::smallint AS state, NULL::bigint AS finished_at, NULL::bytea AS response_body,
+       NULL::text[] AS response_meta, (SELECT t FROM now) AS now
+FROM acquired a
 UNION ALL
 SELECT false, s.fence, s.attempts, s.taken_over, s.lease_until, s.expires_at,
        NULL, NULL, s.fingerprint, s.state, s.finished_at, s.response_body, s.response_meta, now.t
 FROM now, seen s
-WHERE NOT EXISTS (SELECT 1 FROM upd)"
+WHERE NOT EXISTS (SELECT 1 FROM acquired)"
 );
 
 /// The shape of every holder's call: $1 ns, $2 tenant, $3 key, $4 fence, $5 test clock, then
