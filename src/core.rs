@@ -331,6 +331,8 @@ impl Core {
     /// and that no lease or handle from before is used afterwards.
     #[cfg(feature = "__internal")]
     pub(crate) fn reset(&self) -> Result<()> {
+        /// Resets between two compactions of the tombstones they leave.
+        const RESET_COMPACT_EVERY: u64 = 64;
         self.stop_sweeper();
         let _fence = self.fence_reserving.lock();
         let _time = self.time_reserving.lock();
@@ -350,6 +352,13 @@ impl Core {
             }
         }
         self.engine.write(batch)?;
+        // The deletions stay in the memtables as tombstones, which every later read and the next
+        // reset's scan step over: every so often they are flushed and compacted away, so that a
+        // long run of resets stays as fast as its first ones.
+        static RESETS: AtomicU64 = AtomicU64::new(0);
+        if RESETS.fetch_add(1, Ordering::Relaxed) % RESET_COMPACT_EVERY == RESET_COMPACT_EVERY - 1 {
+            self.engine.compact_all()?;
+        }
         self.stripes.clear();
         sweep_from.clear();
         self.next_fence.store(1, Ordering::Release);
