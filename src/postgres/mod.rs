@@ -430,10 +430,13 @@ impl PgStore {
                 &now,
             ];
             let row = self.query(statements::CLAIM, &params).await?;
-            // No row: the key's row was committed by another claim after this statement's
-            // snapshot, and that claim's lease is live: run the statement again to read it.
-            let Some(row) = row else { continue };
-            let acquired: bool = row.get("acquired");
+            let row =
+                row.ok_or_else(|| Error::Engine("PostgreSQL: the claim returned no row".into()))?;
+            // No decision: the key's row was inserted or changed by another claim after the
+            // read; run the claim again to read it.
+            let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
+                continue;
+            };
             let fence = from_i64("fence", row.get("fence"))?;
             let lease_until = from_i64("lease_until", row.get("lease_until"))?;
             if acquired {
@@ -495,37 +498,45 @@ impl PgStore {
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
         // The change's values move into the statement's parameters (no copy of a response).
-        let (sql, a, b): (&str, Param, Param) = match change {
-            HolderChange::Complete(r) => (
-                statements::COMPLETE,
-                Param::Bytes(r.body),
-                Param::Texts(encode_meta(&r.meta)),
-            ),
-            HolderChange::FailTerminal(r) => (
-                statements::FAIL_TERMINAL,
-                Param::Bytes(r.body),
-                Param::Texts(encode_meta(&r.meta)),
-            ),
-            HolderChange::Release => (statements::RELEASE, Param::None, Param::None),
-            HolderChange::Renew(extra) => (
-                statements::RENEW,
-                Param::Int(to_i64("renewal", extra)?),
-                Param::None,
-            ),
-            HolderChange::Checkpoint(cp) => (
-                statements::CHECKPOINT,
-                Param::Text(cp.phase),
-                Param::Bytes(cp.state),
-            ),
+        let none = || {
+            (
+                None::<Vec<u8>>,
+                None::<Vec<String>>,
+                None::<i64>,
+                None::<String>,
+            )
+        };
+        let (op, (bytes, meta, ms, text)): (i16, _) = match change {
+            HolderChange::Complete(r) => {
+                (1, (Some(r.body), Some(encode_meta(&r.meta)), None, None))
+            }
+            HolderChange::FailTerminal(r) => {
+                (2, (Some(r.body), Some(encode_meta(&r.meta)), None, None))
+            }
+            HolderChange::Release => (3, none()),
+            HolderChange::Renew(extra) => (4, (None, None, Some(to_i64("renewal", extra)?), None)),
+            HolderChange::Checkpoint(cp) => (5, (Some(cp.state), None, None, Some(cp.phase))),
         };
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let mut params: Vec<&(dyn ToSql + Sync)> =
-                vec![&ns_c, &lease.tenant, &lease.key, &fence, &now];
-            params.extend([&a, &b].into_iter().filter_map(Param::as_sql));
-            let row = self.query(sql, &params).await?.ok_or_else(|| {
-                Error::Engine("PostgreSQL: the holder's statement returned no row".into())
-            })?;
+            let params: [&(dyn ToSql + Sync); 10] = [
+                &ns_c,
+                &lease.tenant,
+                &lease.key,
+                &fence,
+                &now,
+                &op,
+                &bytes,
+                &meta,
+                &ms,
+                &text,
+            ];
+            let row = self
+                .query(statements::HOLDER, &params)
+                .await?
+                .ok_or_else(|| {
+                    Error::Engine("PostgreSQL: the holder's statement returned no row".into())
+                })?;
             if let Some(until) = row.get::<_, Option<i64>>("done_until") {
                 return Ok(Ok(from_i64("lease_until", until)?));
             }
@@ -644,27 +655,6 @@ async fn run_step(
     }
     tx.commit().await.map_err(classify)?;
     Ok(runs)
-}
-
-/// An optional extra statement parameter of a holder's call.
-enum Param {
-    None,
-    Bytes(Vec<u8>),
-    Texts(Vec<String>),
-    Text(String),
-    Int(i64),
-}
-
-impl Param {
-    fn as_sql(&self) -> Option<&(dyn ToSql + Sync)> {
-        match self {
-            Param::None => None,
-            Param::Bytes(v) => Some(v),
-            Param::Texts(v) => Some(v),
-            Param::Text(v) => Some(v),
-            Param::Int(v) => Some(v),
-        }
-    }
 }
 
 /// The URL without its password, for messages.
