@@ -1,9 +1,10 @@
 //! The PostgreSQL backend: request idempotency records shared by every instance of a fleet.
 //! Invariants:
-//! - every decision is made by the database in one statement (an `INSERT ... ON CONFLICT DO
-//!   UPDATE ... WHERE` for a claim, an `UPDATE ... WHERE fence = $n AND state = pending` for a
-//!   holder's call), never a read in the application followed by a write; the application only
-//!   reads the statement's answer;
+//! - every decision is made by the database in one statement, so in one transaction (a call of
+//!   the `idemdb_claim` function, whose `INSERT ... ON CONFLICT DO NOTHING` or `UPDATE ... WHERE
+//!   acquirable` decides under the row lock; a call of `idemdb_holder`, an `UPDATE ... WHERE fence
+//!   = $n AND state = pending`), never a read in the application followed by a write; the
+//!   application only reads the statement's answer;
 //! - times come from the database server's clock (`clock_timestamp()`, in milliseconds), read
 //!   once per statement, so instances with skewed clocks agree on every lease and expiry;
 //! - fencing tokens come from one database sequence, taken when the row is locked, so they
