@@ -30,6 +30,9 @@ use crate::store::Store;
 pub struct AsyncStore {
     backend: Backend,
     cfg: Arc<Config>,
+    /// PostgreSQL only: the local replay tier, if configured.
+    #[cfg(feature = "postgres")]
+    tier: Option<Arc<crate::replay_tier::ReplayTier>>,
 }
 
 #[derive(Clone)]
@@ -44,6 +47,8 @@ impl From<Store> for AsyncStore {
         AsyncStore {
             cfg: Arc::new(store.config().clone()),
             backend: Backend::Embedded(store),
+            #[cfg(feature = "postgres")]
+            tier: None,
         }
     }
 }
@@ -68,9 +73,16 @@ impl AsyncStore {
             if let Some(every) = cfg.sweep_interval {
                 tokio::spawn(sweep_in_background(Arc::downgrade(&pg), every));
             }
+            let tier = (settings.tier_bytes > 0).then(|| {
+                Arc::new(crate::replay_tier::ReplayTier::new(
+                    settings.tier_bytes,
+                    settings.tier_max_age,
+                ))
+            });
             return Ok(AsyncStore {
                 backend: Backend::Postgres(pg),
                 cfg: Arc::new(cfg),
+                tier,
             });
         }
         let store = match cfg.durability {
@@ -99,6 +111,13 @@ impl AsyncStore {
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) => None,
         }
+    }
+
+    /// PostgreSQL only: what the local replay tier ([`Config::replay_tier`]) holds and how often
+    /// it answered; `None` without a tier.
+    #[cfg(feature = "postgres")]
+    pub fn replay_tier_stats(&self) -> Option<crate::ReplayTierStats> {
+        self.tier.as_ref().map(|t| t.stats())
     }
 
     /// The configuration the store was opened with.
@@ -165,6 +184,17 @@ impl AsyncStore {
             Backend::Postgres(pg) => {
                 let (lease_ms, retention_ms) =
                     crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+                let ns = Namespace::Requests;
+                let tier = self.tier.clone();
+                if let Some(tier) = &tier {
+                    let test_now = self
+                        .cfg
+                        .postgres_test_clock
+                        .then(|| self.cfg.clock.now_millis());
+                    if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
+                        return Ok(answer);
+                    }
+                }
                 let (pg, t, k, f) = (
                     pg.clone(),
                     tenant.to_vec(),
@@ -172,8 +202,12 @@ impl AsyncStore {
                     fingerprint.to_vec(),
                 );
                 Finished::new(self.clone(), on_release.clone(), async move {
-                    pg.claim(Namespace::Requests, &t, &k, &f, lease_ms, retention_ms)
-                        .await
+                    let (claim, expires_at, now) =
+                        pg.claim(ns, &t, &k, &f, lease_ms, retention_ms).await?;
+                    if let Some(tier) = tier {
+                        tier.put(ns as u8, &t, &k, &f, &claim, expires_at, now);
+                    }
+                    Ok(claim)
                 })
                 .await
             }
@@ -305,6 +339,9 @@ impl AsyncStore {
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
                 self.cfg.check_names(tenant, key)?;
+                if let Some(tier) = &self.tier {
+                    tier.remove(Namespace::Requests as u8, tenant, key);
+                }
                 pg.forget(Namespace::Requests, tenant, key).await
             }
         }

@@ -156,6 +156,35 @@ impl Config {
         self
     }
 
+    /// PostgreSQL only: keep finished records (completed or terminally failed) in this
+    /// instance's memory, up to `max_bytes` (keys, fingerprints, responses), so that a retry
+    /// landing on this instance is answered without a database round trip. Pending records are
+    /// never kept; an entry is never served at or past its record's expiry (by the database's
+    /// clock, estimated from the answer that filled it), nor longer than
+    /// [`Config::replay_tier_max_age`] after it was filled: a record forgotten through another
+    /// instance may still be replayed here for that long (one forgotten through this store, not
+    /// at all). The oldest entries leave first when the budget is full. Default: 0 (no tier).
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn replay_tier(mut self, max_bytes: usize) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.tier_bytes = max_bytes;
+        }
+        self
+    }
+
+    /// PostgreSQL only: the longest an entry of the replay tier ([`Config::replay_tier`]) is
+    /// served after it was filled, which bounds how long a record forgotten through another
+    /// instance can still be replayed by this one. Default: 60 s.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn replay_tier_max_age(mut self, d: Duration) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.tier_max_age = d;
+        }
+        self
+    }
+
     /// Tests only, not part of the stable API: a PostgreSQL store reads this configuration's
     /// clock instead of the database's, so a manual clock can drive it.
     #[cfg(all(feature = "postgres", feature = "__internal"))]

@@ -62,6 +62,8 @@ mod offsets;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod record;
+#[cfg(feature = "postgres")]
+mod replay_tier;
 mod requests;
 mod schema;
 mod store;
@@ -86,6 +88,8 @@ pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     Response,
 };
+#[cfg(feature = "postgres")]
+pub use replay_tier::ReplayTierStats;
 pub use requests::{Execution, MAX_FINGERPRINT_LEN};
 pub use store::Store;
 pub use unique::{Released, Reservation};

@@ -43,6 +43,9 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) statement_timeout: Duration,
     pub(crate) migrate: bool,
+    /// The local replay tier's byte budget (0: none) and the longest an entry is served.
+    pub(crate) tier_bytes: usize,
+    pub(crate) tier_max_age: Duration,
 }
 
 impl Settings {
@@ -53,6 +56,8 @@ impl Settings {
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
             migrate: true,
+            tier_bytes: 0,
+            tier_max_age: Duration::from_secs(60),
         }
     }
 }
@@ -403,7 +408,9 @@ impl PgStore {
         from_i64("database time", t.get(0))
     }
 
-    /// Claims a key: one statement decides (acquire, or not); its answer tells what was found.
+    /// Claims a key: one statement decides (acquire, or not); its answer tells what was found,
+    /// with the record's expiry and the database's time when it is a finished record (for the
+    /// replay tier; zeros otherwise).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn claim(
         &self,
@@ -413,7 +420,7 @@ impl PgStore {
         fingerprint: &[u8],
         lease_ms: u64,
         retention_ms: u64,
-    ) -> Result<Claim> {
+    ) -> Result<(Claim, Millis, Millis)> {
         let (lease_ms, retention_ms) = (
             to_i64("lease", lease_ms)?,
             to_i64("retention", retention_ms)?,
@@ -441,20 +448,24 @@ impl PgStore {
             let fence = from_i64("fence", row.get("fence"))?;
             let lease_until = from_i64("lease_until", row.get("lease_until"))?;
             if acquired {
-                return Ok(Claim::Acquired(Lease {
-                    tenant: tenant.to_vec(),
-                    key: key.to_vec(),
-                    fence,
-                    until: lease_until,
-                    attempt: from_i32("attempts", row.get("attempts"))?,
-                    takeover: row.get("taken_over"),
-                    checkpoint: checkpoint(
-                        row.get("checkpoint_phase"),
-                        row.get("checkpoint_state"),
-                    ),
-                    store_id: self.store_id,
-                    ns,
-                }));
+                return Ok((
+                    Claim::Acquired(Lease {
+                        tenant: tenant.to_vec(),
+                        key: key.to_vec(),
+                        fence,
+                        until: lease_until,
+                        attempt: from_i32("attempts", row.get("attempts"))?,
+                        takeover: row.get("taken_over"),
+                        checkpoint: checkpoint(
+                            row.get("checkpoint_phase"),
+                            row.get("checkpoint_state"),
+                        ),
+                        store_id: self.store_id,
+                        ns,
+                    }),
+                    0,
+                    0,
+                ));
             }
             let now = from_i64("database time", row.get("now"))?;
             let expires_at = from_i64("expires_at", row.get("expires_at"))?;
@@ -464,15 +475,19 @@ impl PgStore {
                 continue; // expired in the snapshot but not for the lock: changed meanwhile
             }
             if stored_fp.as_deref() != Some(fingerprint) {
-                return Ok(Claim::Mismatch);
+                return Ok((Claim::Mismatch, 0, 0));
             }
             match state {
-                Some(COMPLETED) => return Ok(Claim::Completed(replay(&row)?)),
-                Some(FAILED) => return Ok(Claim::Failed(replay(&row)?)),
+                Some(COMPLETED) => return Ok((Claim::Completed(replay(&row)?), expires_at, now)),
+                Some(FAILED) => return Ok((Claim::Failed(replay(&row)?), expires_at, now)),
                 Some(PENDING) if lease_until > now => {
-                    return Ok(Claim::InProgress {
-                        retry_after: Duration::from_millis(lease_until - now),
-                    })
+                    return Ok((
+                        Claim::InProgress {
+                            retry_after: Duration::from_millis(lease_until - now),
+                        },
+                        0,
+                        0,
+                    ))
                 }
                 Some(PENDING | RELEASED) => continue, // acquirable in the snapshot only
                 other => {
