@@ -201,13 +201,19 @@ impl AsyncStore {
                     key.to_vec(),
                     fingerprint.to_vec(),
                 );
-                Finished::new(self.clone(), on_release.clone(), async move {
+                let (store, on_release) = (self.clone(), on_release.clone());
+                Detached::new(async move {
                     let (claim, expires_at, now) =
                         pg.claim(ns, &t, &k, &f, lease_ms, retention_ms).await?;
                     if let Some(tier) = tier {
                         tier.put(ns as u8, &t, &k, &f, &claim, expires_at, now);
                     }
                     Ok(claim)
+                })
+                .then_if_dropped(move |claim| async move {
+                    if let Ok(Claim::Acquired(lease)) = claim {
+                        store.release_abandoned(lease, on_release).await;
+                    }
                 })
                 .await
             }
@@ -539,38 +545,41 @@ impl Drop for PooledClaim {
     }
 }
 
-/// A claim's future that is finished even if its owner drops it (a claim on PostgreSQL whose
-/// statement may already be on its way): polled in place while its owner waits (no task, no
-/// channel on the common path); dropped unfinished, the rest runs as a task of the current
-/// runtime, which releases the lease if the claim acquired one. Outside a runtime the rest cannot
-/// run: an acquired lease then runs out by itself.
-#[cfg(feature = "postgres")]
-struct Finished {
-    fut: Option<Pin<Box<dyn Future<Output = Result<Claim>> + Send>>>,
-    store: AsyncStore,
-    on_release: OnRelease,
+/// A future that is finished even if its owner drops it: polled in place while its owner waits
+/// (no task, no channel on the common path); dropped unfinished, the rest runs as a task of the
+/// current runtime, followed by `then` with its output if one was given. Outside a runtime the
+/// rest cannot run. Used for a claim on PostgreSQL whose statement may already be on its way
+/// (`then` releases what it acquired) and by the HTTP layer for a request whose lease is held.
+pub(crate) struct Detached<T: Send + 'static> {
+    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    then: Option<AfterDrop<T>>,
 }
 
-#[cfg(feature = "postgres")]
-impl Finished {
-    fn new(
-        store: AsyncStore,
-        on_release: OnRelease,
-        fut: impl Future<Output = Result<Claim>> + Send + 'static,
-    ) -> Self {
-        Finished {
+type AfterDrop<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+impl<T: Send + 'static> Detached<T> {
+    pub(crate) fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
+        Detached {
             fut: Some(Box::pin(fut)),
-            store,
-            on_release,
+            then: None,
         }
+    }
+
+    /// As [`Detached::new`], running `then` with the output when the owner dropped it first.
+    #[cfg(feature = "postgres")]
+    fn then_if_dropped<F>(mut self, then: impl FnOnce(T) -> F + Send + 'static) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.then = Some(Box::new(move |out| Box::pin(then(out))));
+        self
     }
 }
 
-#[cfg(feature = "postgres")]
-impl Future for Finished {
-    type Output = Result<Claim>;
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Claim>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let this = self.get_mut();
         let Some(fut) = this.fut.as_mut() else {
             return Poll::Pending; // polled after completion: never ready again
@@ -583,15 +592,14 @@ impl Future for Finished {
     }
 }
 
-#[cfg(feature = "postgres")]
-impl Drop for Finished {
+impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
-        let Some(fut) = self.fut.take() else { return };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (store, on_release) = (self.store.clone(), self.on_release.clone());
+        if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {
+            let then = self.then.take();
             rt.spawn(async move {
-                if let Ok(Claim::Acquired(lease)) = fut.await {
-                    store.release_abandoned(lease, on_release).await;
+                let out = fut.await;
+                if let Some(then) = then {
+                    then(out).await;
                 }
             });
         }

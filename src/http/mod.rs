@@ -163,6 +163,8 @@ pub(crate) struct Options {
     pub(crate) problem_docs: String,
     pub(crate) durations: Arc<estimate::Durations>,
     pub(crate) stats: Arc<Counters>,
+    /// Counts the releases of leases acquired for a client that had gone away.
+    pub(crate) on_release: crate::async_store::OnRelease,
 }
 
 impl IdempotencyLayer {
@@ -173,6 +175,7 @@ impl IdempotencyLayer {
     /// not run.
     pub fn new(store: impl Into<AsyncStore>) -> Self {
         let store = store.into();
+        let stats = Arc::new(Counters::default());
         let lease = store.config().lease;
         let retention = store.config().retention;
         let max_key_len = store.config().max_key_len;
@@ -199,7 +202,8 @@ impl IdempotencyLayer {
                 retention,
                 problem_docs: problem::DEFAULT_DOCS.to_owned(),
                 durations: Arc::new(estimate::Durations::default()),
-                stats: Arc::new(Counters::default()),
+                on_release: service::release_counter(&stats),
+                stats,
             }),
         }
     }

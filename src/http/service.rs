@@ -26,7 +26,7 @@ use super::problem::problem;
 use super::stored::{meta_of, meta_size, replay_response};
 use super::tenant::{tenant_of, NoTenant};
 use super::{Counters, Options, WhileRunning};
-use crate::async_store::OnRelease;
+use crate::async_store::{Detached, OnRelease};
 use crate::error::{Error, Result};
 use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Response};
 
@@ -167,7 +167,6 @@ where
         WhileRunning::Reject => Instant::now(),
         WhileRunning::Wait(d) => Instant::now() + d,
     };
-    let on_release = release_counter(&opts);
     let lease = loop {
         let claim = opts
             .store
@@ -176,7 +175,7 @@ where
                 key.as_bytes(),
                 &fp,
                 claim_opts,
-                &on_release,
+                &opts.on_release,
             )
             .await;
         match claim {
@@ -221,8 +220,8 @@ where
 
 /// Counts the releases of leases acquired for a client that had gone away before the claim
 /// answered (a claim on the blocking pool or on PostgreSQL finishes on its own and releases).
-fn release_counter(opts: &Options) -> OnRelease {
-    let stats = opts.stats.clone();
+pub(crate) fn release_counter(stats: &Arc<Counters>) -> OnRelease {
+    let stats = stats.clone();
     Arc::new(move |released| {
         Counters::bump(match released {
             Ok(Ok(())) => &stats.abandoned,
@@ -230,47 +229,6 @@ fn release_counter(opts: &Options) -> OnRelease {
             Err(_) => &stats.store_errors,
         })
     })
-}
-
-/// A future that is finished even if its owner drops it: an unfinished future is spawned on the
-/// current tokio runtime when the wrapper is dropped. While the owner polls it, it runs in the
-/// owner's task (no spawn, no channel on the common path).
-struct Detached<T: Send + 'static> {
-    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
-}
-
-impl<T: Send + 'static> Detached<T> {
-    fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
-        Detached {
-            fut: Some(Box::pin(fut)),
-        }
-    }
-}
-
-impl<T: Send + 'static> Future for Detached<T> {
-    type Output = T;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let this = self.get_mut();
-        let Some(fut) = this.fut.as_mut() else {
-            return Poll::Pending; // polled after completion: never ready again
-        };
-        let out = fut.as_mut().poll(cx);
-        if out.is_ready() {
-            this.fut = None;
-        }
-        out
-    }
-}
-
-impl<T: Send + 'static> Drop for Detached<T> {
-    fn drop(&mut self) {
-        if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn(async move {
-                let _ = fut.await;
-            });
-        }
-    }
 }
 
 /// The handler's future, with a panic turned into `None` (the panic hook has already reported
