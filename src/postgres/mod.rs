@@ -1,16 +1,19 @@
 //! The PostgreSQL backend: request idempotency records shared by every instance of a fleet.
 //! Invariants:
-//! - every decision is made by the database in one statement, so in one transaction (a call of
-//!   the `idemdb_claim` function, whose `INSERT ... ON CONFLICT DO NOTHING` or `UPDATE ... WHERE
-//!   acquirable` decides under the row lock; a call of `idemdb_holder`, an `UPDATE ... WHERE fence
-//!   = $n AND state = pending`), never a read in the application followed by a write; the
-//!   application only reads the statement's answer;
+//! - every decision is made by the database in one statement, so in one transaction (a claim's
+//!   `INSERT ... ON CONFLICT DO NOTHING`, or for a row that looks acquirable the `idemdb_claim`
+//!   function, whose `UPDATE ... WHERE acquirable` decides under the row lock; a holder's
+//!   `UPDATE ... WHERE fence = $n AND state = pending`), never a read in the application followed
+//!   by a write: what the application reads only chooses which statement asks, or explains a
+//!   decision already made;
 //! - times come from the database server's clock (`clock_timestamp()`, in milliseconds), read
 //!   once per statement, so instances with skewed clocks agree on every lease and expiry;
 //! - fencing tokens come from one database sequence, taken when the row is locked, so they
 //!   strictly increase for every key;
-//! - one round trip per operation (prepared statements; a second only when a concurrent writer
-//!   changed the row between the statement's snapshot and its lock, then the statement is rerun);
+//! - one round trip per operation in the common cases (prepared statements): a new key, a replay,
+//!   a live lease, a completion; a second for a takeover (the function), for a holder whose lease
+//!   was lost (the read that says why), and when a concurrent writer changed the row between the
+//!   statement's snapshot and its lock (the statement is rerun);
 //! - a failure to reach the database, or an answer later than the statement timeout, is
 //!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
 //!   `tokio_postgres` and `deadpool_postgres`.
@@ -426,6 +429,9 @@ impl PgStore {
             to_i64("retention", retention_ms)?,
         );
         let ns_c = ns_code(ns);
+        // The common cases (a new key, a finished record, a live lease, another fingerprint) are
+        // decided by the first statement; a row that looks acquirable goes to the function.
+        let mut sql = statements::CLAIM_FAST;
         for _ in 0..RERUNS {
             let now = self.now_param();
             let params: [&(dyn ToSql + Sync); 7] = [
@@ -437,11 +443,11 @@ impl PgStore {
                 &retention_ms,
                 &now,
             ];
-            let row = self.query(statements::CLAIM, &params).await?;
-            let row =
-                row.ok_or_else(|| Error::Engine("PostgreSQL: the claim returned no row".into()))?;
-            // No decision: the key's row was inserted or changed by another claim after the
-            // read; run the claim again to read it.
+            // No row, or no decision: the key's row was inserted or changed by another claim
+            // after the statement's snapshot; run the claim again to read it.
+            let Some(row) = self.query(sql, &params).await? else {
+                continue;
+            };
             let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
                 continue;
             };
@@ -472,7 +478,8 @@ impl PgStore {
             let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
             let state: Option<i16> = row.get("state");
             if expires_at <= now {
-                continue; // expired in the snapshot but not for the lock: changed meanwhile
+                sql = statements::CLAIM; // expired: taken under the row lock
+                continue;
             }
             if stored_fp.as_deref() != Some(fingerprint) {
                 return Ok((Claim::Mismatch, 0, 0));
@@ -489,7 +496,8 @@ impl PgStore {
                         0,
                     ))
                 }
-                Some(PENDING | RELEASED) => continue, // acquirable in the snapshot only
+                // Released, or a lease run out: taken under the row lock.
+                Some(PENDING | RELEASED) => sql = statements::CLAIM,
                 other => {
                     return Err(crate::error::corrupted(
                         "request row",
@@ -501,8 +509,8 @@ impl PgStore {
         Err(Error::Contention { attempts: RERUNS })
     }
 
-    /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending`; when it changes
-    /// nothing, the same statement's answer says why.
+    /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending` decides; only when
+    /// it changed nothing, a read of the row says why (a lost lease costs a second round trip).
     pub(crate) async fn holder(
         &self,
         lease: &Lease,
@@ -514,60 +522,79 @@ impl PgStore {
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
         // The change's values move into the statement's parameters (no copy of a response).
-        let none = || {
-            (
-                None::<Vec<u8>>,
-                None::<Vec<String>>,
-                None::<i64>,
-                None::<String>,
-            )
-        };
-        let (op, (bytes, meta, ms, text)): (i16, _) = match change {
-            HolderChange::Complete(r) => {
-                (1, (Some(r.body), Some(encode_meta(&r.meta)), None, None))
-            }
-            HolderChange::FailTerminal(r) => {
-                (2, (Some(r.body), Some(encode_meta(&r.meta)), None, None))
-            }
-            HolderChange::Release => (3, none()),
-            HolderChange::Renew(extra) => (4, (None, None, Some(to_i64("renewal", extra)?), None)),
-            HolderChange::Checkpoint(cp) => (5, (Some(cp.state), None, None, Some(cp.phase))),
+        let (sql, bytes, meta, ms, text) = match change {
+            HolderChange::Complete(r) => (
+                statements::COMPLETE,
+                Some(r.body),
+                Some(encode_meta(&r.meta)),
+                None,
+                None,
+            ),
+            HolderChange::FailTerminal(r) => (
+                statements::FAIL,
+                Some(r.body),
+                Some(encode_meta(&r.meta)),
+                None,
+                None,
+            ),
+            HolderChange::Release => (statements::RELEASE, None, None, None, None),
+            HolderChange::Renew(extra) => (
+                statements::RENEW,
+                None,
+                None,
+                Some(to_i64("renewal", extra)?),
+                None,
+            ),
+            HolderChange::Checkpoint(cp) => (
+                statements::CHECKPOINT,
+                Some(cp.state),
+                None,
+                None,
+                Some(cp.phase),
+            ),
         };
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let params: [&(dyn ToSql + Sync); 10] = [
-                &ns_c,
-                &lease.tenant,
-                &lease.key,
-                &fence,
-                &now,
-                &op,
-                &bytes,
-                &meta,
-                &ms,
-                &text,
-            ];
-            let row = self
-                .query(statements::HOLDER, &params)
-                .await?
-                .ok_or_else(|| {
-                    Error::Engine("PostgreSQL: the holder's statement returned no row".into())
-                })?;
-            if let Some(until) = row.get::<_, Option<i64>>("done_until") {
-                return Ok(Ok(from_i64("lease_until", until)?));
+            let head: [&(dyn ToSql + Sync); 5] = [&ns_c, &lease.tenant, &lease.key, &fence, &now];
+            // Each statement's own values follow the five it shares with the others.
+            let own: Vec<&(dyn ToSql + Sync)> = match (&bytes, &meta, &ms, &text) {
+                (Some(b), Some(m), _, _) => vec![b, m],
+                (Some(b), None, _, Some(t)) => vec![t, b],
+                (_, _, Some(ms), _) => vec![ms],
+                _ => Vec::new(),
+            };
+            let params: Vec<&(dyn ToSql + Sync)> = head.into_iter().chain(own).collect();
+            if let Some(row) = self.query(sql, &params).await? {
+                return Ok(Ok(from_i64("lease_until", row.get("lease_until"))?));
             }
-            let state: Option<i16> = row.get("state");
-            let expired: Option<bool> = row.get("expired");
-            let current: Option<i64> = row.get("fence");
-            return Ok(Err(match (state, expired, current) {
-                (None, ..) | (_, Some(true), _) => LeaseLost::Gone,
-                (Some(COMPLETED | FAILED), ..) => LeaseLost::Finished,
-                (Some(RELEASED), ..) => LeaseLost::Released,
-                (Some(PENDING), _, Some(f)) if f != fence => LeaseLost::TakenOver {
-                    current_fence: from_i64("fence", f)?,
+            // It applied to nothing: read why.
+            let Some(row) = self
+                .query(
+                    statements::HOLDER_WHY,
+                    &[&ns_c, &lease.tenant, &lease.key, &now],
+                )
+                .await?
+            else {
+                return Ok(Err(LeaseLost::Gone));
+            };
+            let state: i16 = row.get("state");
+            let expired: bool = row.get("expired");
+            let current: i64 = row.get("fence");
+            return Ok(Err(match (state, expired) {
+                (_, true) => LeaseLost::Gone,
+                (COMPLETED | FAILED, _) => LeaseLost::Finished,
+                (RELEASED, _) => LeaseLost::Released,
+                (PENDING, _) if current != fence => LeaseLost::TakenOver {
+                    current_fence: from_i64("fence", current)?,
                 },
-                // Ours in the snapshot, changed before the update locked it: ask again.
-                _ => continue,
+                // Ours when read, after the update found it otherwise: ask again.
+                (PENDING, _) => continue,
+                (other, _) => {
+                    return Err(crate::error::corrupted(
+                        "request row",
+                        format!("unknown state {other}"),
+                    ))
+                }
             }));
         }
         Err(Error::Contention { attempts: RERUNS })

@@ -1,6 +1,7 @@
 //! The SQL behind each operation (see `docs/design.md`, "PostgreSQL backend", for why each one
-//! is atomic). Invariant: each operation is one statement; its time is read once, at its start,
-//! from the database's clock (`$now` is `NULL` except in the conformance tests, whose manual
+//! is atomic). Invariant: each decision is one statement (a claim's first statement, or the
+//! takeover function it hands a row that looks acquirable to; a holder's `UPDATE`); its time is
+//! read once, at its start, from the database's clock (`$now` is `NULL` except in the conformance tests, whose manual
 //! clock replaces it).
 
 /// The statement's "now", in milliseconds: the database's clock unless a test clock is given.
@@ -16,22 +17,137 @@ macro_rules! now_cte {
 
 pub(crate) const NOW: &str = concat!(now_cte!("$1"), " SELECT t FROM now");
 
+/// The statement's "now" as a one-row subquery `n(t)`, for statements that are not a `WITH`.
+macro_rules! now_from {
+    ($p:literal) => {
+        concat!(
+            "(SELECT COALESCE(",
+            $p,
+            "::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS t) n"
+        )
+    };
+}
+
+/// The columns a claim answers with, in the order of the `idemdb_claim` function's `OUT`
+/// parameters (both claim statements answer alike).
+macro_rules! claim_columns {
+    ($q:literal) => {
+        concat!(
+            $q,
+            ".fence, ",
+            $q,
+            ".attempts, ",
+            $q,
+            ".taken_over, ",
+            $q,
+            ".lease_until, ",
+            $q,
+            ".expires_at, ",
+            $q,
+            ".checkpoint_phase, ",
+            $q,
+            ".checkpoint_state, ",
+            $q,
+            ".fingerprint, ",
+            $q,
+            ".state, ",
+            $q,
+            ".finished_at, ",
+            $q,
+            ".response_body, ",
+            $q,
+            ".response_meta"
+        )
+    };
+}
+
 /// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock.
-/// The claim is the `idemdb_claim` function of migration 2 (see `migrations.rs` for how it
-/// decides): one statement, one round trip. Its row: `acquired` (`NULL`: nothing decided, ask
+/// The claim's first statement, for the two common cases, shaped like the hand-written recipe:
+/// a new key is inserted pending (`ON CONFLICT DO NOTHING`: of concurrent inserts exactly one
+/// wins) and answers `acquired`; an existing row is answered as read (`acquired` false), and the
+/// caller decides from it only what needs no write (a replay, a mismatch, a live lease). A row
+/// that looks acquirable (expired, released, or a lease run out) is taken by [`CLAIM`], whose
+/// `UPDATE ... WHERE acquirable` decides under the row lock. No row at all: another claim
+/// inserted the key after this statement's snapshot; run it again. `now` is the database time
+/// the statement used. (A fencing token is drawn from the sequence even when the insert finds
+/// the key: tokens stay strictly increasing, with gaps.)
+pub(crate) const CLAIM_FAST: &str = concat!(
+    "WITH ins AS (
+    INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
+        fence, attempts, takeovers, state, lease_until, taken_over)
+    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, n.t, n.t + $6::bigint,
+        nextval('idemdb_fence'), 1, 0, 0, n.t + $5::bigint, false
+    FROM ",
+    now_from!("$7"),
+    "
+    ON CONFLICT DO NOTHING
+    RETURNING true AS acquired, ",
+    claim_columns!("q"),
+    ", q.created_at AS now)
+SELECT * FROM ins
+UNION ALL
+SELECT false, ",
+    claim_columns!("r"),
+    ", n.t FROM idemdb_requests r, ",
+    now_from!("$7"),
+    "
+WHERE r.ns = $1 AND r.tenant = $2 AND r.key = $3 AND NOT EXISTS (SELECT 1 FROM ins)"
+);
+
+/// The same parameters as [`CLAIM_FAST`]: the `idemdb_claim` function of migration 2 (see
+/// `migrations.rs` for how it decides), used when the key's row looked acquirable (a takeover,
+/// an expired record, a released lease). Its row: `acquired` (`NULL`: nothing decided, ask
 /// again), the acquired lease's columns, or the row as it was read.
 pub(crate) const CLAIM: &str = "SELECT * FROM idemdb_claim($1::smallint, $2::bytea, $3::bytea, \
     $4::bytea, $5::bigint, $6::bigint, $7::bigint)";
 
-/// A holder's call: the `idemdb_holder` function of migration 2. $1 ns, $2 tenant, $3 key, $4
-/// fence, $5 test clock, $6 the operation (1 complete, 2 fail terminally, 3 release, 4 renew,
-/// 5 checkpoint), $7 the response body or checkpoint state, $8 the response metadata (key,
-/// value, key, value...), $9 the renewal in milliseconds, $10 the checkpoint's phase. Its row:
-/// `done_until` (the lease's end) if the update applied to the pending row carrying the lease's
-/// fence that had not expired; otherwise the row's `state`, `fence` and `expired`, which say why
-/// not (gone, finished, released, taken over).
-pub(crate) const HOLDER: &str = "SELECT * FROM idemdb_holder($1::smallint, $2::bytea, $3::bytea, \
-    $4::bigint, $5::bigint, $6::smallint, $7::bytea, $8::text[], $9::bigint, $10::text)";
+/// A holder's call, one `UPDATE` per kind: $1 ns, $2 tenant, $3 key, $4 fence, $5 test clock,
+/// then the change's own values. It applies only to the pending row carrying the lease's fence
+/// that has not expired, and answers the lease's end (`lease_until`); no row: it applied to
+/// nothing, and [`HOLDER_WHY`] says why.
+macro_rules! holder {
+    ($set:literal) => {
+        concat!(
+            "UPDATE idemdb_requests q SET ",
+            $set,
+            " FROM ",
+            now_from!("$5"),
+            "
+WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea AND q.fence = $4::bigint
+  AND q.state = 0 AND q.expires_at > n.t
+RETURNING q.lease_until"
+        )
+    };
+}
+
+/// $6 the response body, $7 its metadata (key, value, key, value...).
+pub(crate) const COMPLETE: &str = holder!(
+    "state = 2, finished_at = n.t, response_body = $6::bytea, response_meta = $7::text[], \
+     checkpoint_phase = NULL, checkpoint_state = NULL"
+);
+/// As [`COMPLETE`], for a terminal failure.
+pub(crate) const FAIL: &str = holder!(
+    "state = 3, finished_at = n.t, response_body = $6::bytea, response_meta = $7::text[], \
+     checkpoint_phase = NULL, checkpoint_state = NULL"
+);
+pub(crate) const RELEASE: &str = holder!("state = 1");
+/// $6 the renewal in milliseconds.
+pub(crate) const RENEW: &str = holder!(
+    "lease_until = n.t + $6::bigint, expires_at = GREATEST(q.expires_at, n.t + $6::bigint)"
+);
+/// $6 the checkpoint's phase, $7 its state.
+pub(crate) const CHECKPOINT: &str =
+    holder!("checkpoint_phase = $6::text, checkpoint_state = $7::bytea");
+
+/// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
+/// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the
+/// `UPDATE` already made.
+pub(crate) const HOLDER_WHY: &str = concat!(
+    "SELECT q.state, q.fence, q.expires_at <= n.t AS expired FROM idemdb_requests q, ",
+    now_from!("$4"),
+    "
+WHERE q.ns = $1 AND q.tenant = $2 AND q.key = $3"
+);
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: the live row.
 pub(crate) const GET: &str = concat!(

@@ -3,12 +3,16 @@
 //! same async API, at 1, 4 and 16 concurrent tasks, printed as one Markdown table.
 //!
 //! ```text
-//! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--smoke]
+//! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
 //! *complete* (a 32-byte fingerprint, a 256-byte response), timed per key; then a *replay* of
-//! every key as a duplicate would send it. Round trips per operation: idemdb on PostgreSQL, claim
+//! every key as a duplicate would send it. The keys are measured in rounds (N / rounds keys per
+//! system per round), and the systems take turns within each round in an order that rotates from
+//! round to round, so that no system always runs first (on a cold table) or last, and a drift of
+//! the machine (the disk's flush time, a checkpoint) falls on all of them alike. The speed-up
+//! lines give the ratio of the pooled medians and the median of the per-round ratios. Round trips per operation: idemdb on PostgreSQL, claim
 //! 1 + complete 1, replay 1; the hand-written recipe the same (one `INSERT ... ON CONFLICT DO
 //! NOTHING` statement that also returns the existing row, one `UPDATE`); Redis `SET NX PX` + `SET
 //! XX PX`, replay `SET NX` then `GET` (2); the embedded store none.
@@ -34,12 +38,14 @@ const RESP_LEN: usize = 256;
 struct Settings {
     keys: usize,
     tasks: Vec<usize>,
+    rounds: usize,
 }
 
 fn parse_args() -> R<Settings> {
     let mut s = Settings {
         keys: 3000,
         tasks: vec![1, 4, 16],
+        rounds: 6,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -52,9 +58,16 @@ fn parse_args() -> R<Settings> {
                     .map(|t| t.parse().map_err(|e| format!("--tasks: {e}")))
                     .collect::<R<_>>()?
             }
+            "--rounds" => {
+                s.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?;
+                if s.rounds == 0 {
+                    return Err("--rounds must be at least 1".into());
+                }
+            }
             "--smoke" => {
                 s.keys = 64;
                 s.tasks = vec![1, 4];
+                s.rounds = 2;
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -332,8 +345,8 @@ async fn pg_client(schema: Option<&str>) -> R<tokio_postgres::Client> {
 
 /// Runs `op` over `keys`, split over `tasks` concurrent tasks; per-key latencies (µs) and the
 /// wall time.
-async fn run<S: System + 'static>(
-    sys: &Arc<S>,
+async fn run(
+    sys: &Arc<dyn System>,
     keys: Arc<Vec<String>>,
     tasks: usize,
     replay: bool,
@@ -376,49 +389,89 @@ struct Row {
     tasks: usize,
     cc: (Vec<u64>, Duration),
     rp: (Vec<u64>, Duration),
+    /// Per round: the median claim+complete and replay latency.
+    rounds: Vec<(u64, u64)>,
 }
 
-async fn measure<S: System + 'static>(
-    system: &'static str,
-    sys: S,
-    tasks: usize,
-    keys: usize,
-    run_id: &str,
-) -> R<Row> {
-    measure_with(system, sys, tasks, keys, run_id, false).await
-}
-
-/// As [`measure`]; with `fill`, every key is replayed once before the timed replays (a replay
-/// tier is filled by a first replay, so the timed ones are its hits).
-async fn measure_with<S: System + 'static>(
-    system: &'static str,
-    sys: S,
-    tasks: usize,
-    keys: usize,
-    run_id: &str,
+/// One system at one task count: its name, whether its replays are timed after a first replay of
+/// each key (a replay tier is filled by a first replay, so the timed ones are its hits), and the
+/// prefix of its keys.
+struct Entry {
+    name: &'static str,
+    sys: Arc<dyn System>,
     fill: bool,
-) -> R<Row> {
-    let sys = Arc::new(sys);
-    let ks: Arc<Vec<String>> =
-        Arc::new((0..keys).map(|i| format!("{run_id}-{tasks}-{i}")).collect());
-    // A short warm-up on other keys (connections, prepared statements, caches).
-    let warm: Arc<Vec<String>> = Arc::new(
-        (0..tasks * 8)
-            .map(|i| format!("{run_id}-w{tasks}-{i}"))
-            .collect(),
-    );
-    run(&sys, warm, tasks, false).await?;
-    let cc = run(&sys, ks.clone(), tasks, false).await?;
-    if fill {
-        run(&sys, ks.clone(), tasks, true).await?;
+    prefix: String,
+}
+
+impl Entry {
+    fn new(name: &'static str, sys: impl System + 'static, fill: bool, prefix: String) -> Entry {
+        Entry {
+            name,
+            sys: Arc::new(sys),
+            fill,
+            prefix,
+        }
     }
-    let rp = run(&sys, ks, tasks, true).await?;
-    Ok(Row {
-        system,
-        tasks,
-        cc,
-        rp,
-    })
+}
+
+/// Measures every entry in `rounds` rounds of `keys / rounds` fresh keys each, the entries taking
+/// turns in an order that rotates every round, after a short warm-up of each on other keys
+/// (connections, prepared statements, caches).
+async fn measure_all(entries: Vec<Entry>, tasks: usize, keys: usize, rounds: usize) -> R<Vec<Row>> {
+    let mut rows: Vec<Row> = entries
+        .iter()
+        .map(|e| Row {
+            system: e.name,
+            tasks,
+            cc: (Vec::new(), Duration::ZERO),
+            rp: (Vec::new(), Duration::ZERO),
+            rounds: Vec::new(),
+        })
+        .collect();
+    for e in &entries {
+        let warm: Arc<Vec<String>> = Arc::new(
+            (0..tasks * 8)
+                .map(|i| format!("{}-w{tasks}-{i}", e.prefix))
+                .collect(),
+        );
+        run(&e.sys, warm, tasks, false).await?;
+    }
+    let per_round = (keys / rounds).max(1);
+    for round in 0..rounds {
+        for i in 0..entries.len() {
+            let at = (i + round) % entries.len();
+            let e = &entries[at];
+            let ks: Arc<Vec<String>> = Arc::new(
+                (0..per_round)
+                    .map(|k| format!("{}-{tasks}-{round}-{k}", e.prefix))
+                    .collect(),
+            );
+            let cc = run(&e.sys, ks.clone(), tasks, false).await?;
+            if e.fill {
+                run(&e.sys, ks.clone(), tasks, true).await?;
+            }
+            let rp = run(&e.sys, ks, tasks, true).await?;
+            let row = &mut rows[at];
+            row.rounds.push((pct(&cc.0, 0.5), pct(&rp.0, 0.5)));
+            row.cc.0.extend(cc.0);
+            row.cc.1 += cc.1;
+            row.rp.0.extend(rp.0);
+            row.rp.1 += rp.1;
+        }
+    }
+    for r in &mut rows {
+        r.cc.0.sort_unstable();
+        r.rp.0.sort_unstable();
+    }
+    Ok(rows)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 async fn admin(sql: &str) -> R<()> {
@@ -455,9 +508,7 @@ async fn main_async(s: Settings) -> R<()> {
             .open_async()
             .await
             .map_err(|e| e.to_string())?;
-        rows.push(measure("idemdb on PostgreSQL", Idem(idem), tasks, s.keys, &run_id).await?);
-        // The same store with the local replay tier; its replays are timed after a first replay
-        // of each key filled the tier (so they are hits; claim+complete is as without a tier).
+        // The same store with the local replay tier (claim+complete is as without a tier).
         let tiered = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{idem_schema}"))
             .pool_size(tasks)
             .sweep_interval(None)
@@ -465,30 +516,8 @@ async fn main_async(s: Settings) -> R<()> {
             .open_async()
             .await
             .map_err(|e| e.to_string())?;
-        rows.push(
-            measure_with(
-                "idemdb on PostgreSQL, replay tier",
-                Idem(tiered),
-                tasks,
-                s.keys,
-                &format!("{run_id}t"),
-                true,
-            )
-            .await?,
-        );
         let hand = HandPg::connect(&hand_schema, tasks).await?;
-        rows.push(
-            measure(
-                "hand-written PostgreSQL recipe",
-                hand,
-                tasks,
-                s.keys,
-                &run_id,
-            )
-            .await?,
-        );
         let redis = RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?;
-        rows.push(measure("Redis SET NX recipe", redis, tasks, s.keys, &run_id).await?);
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let embedded = Config::new(dir.path())
             .durability(Durability::Buffered)
@@ -496,23 +525,38 @@ async fn main_async(s: Settings) -> R<()> {
             .open_async()
             .await
             .map_err(|e| e.to_string())?;
-        rows.push(
-            measure(
+        let entries = vec![
+            Entry::new("idemdb on PostgreSQL", Idem(idem), false, run_id.clone()),
+            Entry::new(
+                "idemdb on PostgreSQL, replay tier",
+                Idem(tiered),
+                true,
+                format!("{run_id}t"),
+            ),
+            Entry::new(
+                "hand-written PostgreSQL recipe",
+                hand,
+                false,
+                run_id.clone(),
+            ),
+            Entry::new("Redis SET NX recipe", redis, false, run_id.clone()),
+            Entry::new(
                 "idemdb embedded (Buffered)",
                 Idem(embedded),
-                tasks,
-                s.keys,
-                &run_id,
-            )
-            .await?,
-        );
+                false,
+                run_id.clone(),
+            ),
+        ];
+        rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
     }
     for schema in [&idem_schema, &hand_schema] {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
     }
     println!(
-        "fleet comparison: {} keys per row, PostgreSQL synchronous_commit={sync_commit}, {} cores",
+        "fleet comparison: {} keys per row in {} interleaved rounds, PostgreSQL \
+         synchronous_commit={sync_commit}, {} cores",
         s.keys,
+        s.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!();
@@ -534,18 +578,37 @@ async fn main_async(s: Settings) -> R<()> {
     }
     println!();
     for &tasks in &s.tasks {
+        let row = |name: &str| rows.iter().find(|r| r.system == name && r.tasks == tasks);
         let p50 = |name: &str, replay: bool| {
-            rows.iter()
-                .find(|r| r.system == name && r.tasks == tasks)
-                .map_or(0.0, |r| {
-                    pct(if replay { &r.rp.0 } else { &r.cc.0 }, 0.5) as f64
-                })
+            row(name).map_or(0.0, |r| {
+                pct(if replay { &r.rp.0 } else { &r.cc.0 }, 0.5) as f64
+            })
+        };
+        // The per-round ratios: round i of one against round i of the other.
+        let per_round = |replay: bool| {
+            let (Some(a), Some(b)) = (
+                row("idemdb on PostgreSQL"),
+                row("hand-written PostgreSQL recipe"),
+            ) else {
+                return 0.0;
+            };
+            let pick = |x: &(u64, u64)| if replay { x.1 } else { x.0 } as f64;
+            median(
+                a.rounds
+                    .iter()
+                    .zip(&b.rounds)
+                    .map(|(x, y)| pick(x) / pick(y).max(1.0))
+                    .collect(),
+            )
         };
         println!(
             "{tasks} task(s): idemdb on PostgreSQL / hand-written recipe, median latency: \
-             claim+complete {:.2}x, replay {:.2}x",
+             claim+complete {:.2}x (median of rounds {:.2}x), replay {:.2}x (median of rounds \
+             {:.2}x)",
             p50("idemdb on PostgreSQL", false) / p50("hand-written PostgreSQL recipe", false),
+            per_round(false),
             p50("idemdb on PostgreSQL", true) / p50("hand-written PostgreSQL recipe", true),
+            per_round(true),
         );
         let tier = p50("idemdb on PostgreSQL, replay tier", true).max(1.0);
         println!(
