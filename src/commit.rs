@@ -244,6 +244,8 @@ impl Commit<'_> {
         let mut batch = engine.batch();
         let mut versions = Vec::with_capacity(self.ops.len());
         let mut ends = Vec::new();
+        // Leases whose record was in memory: the batch writes it, so memory lets it go after.
+        let mut written_from_memory = Vec::new();
         for (i, op) in self.ops.into_iter().enumerate() {
             match op {
                 Op::Entity { key, expect, write } => {
@@ -288,20 +290,27 @@ impl Commit<'_> {
                     versions.push(None);
                 }
                 Op::Lease { rkey, lease, end } => {
-                    // The stripe is held (its key was locked above): the record is either
-                    // remembered there, taken out (the batch writes it), or read.
-                    let rec = match locked.stripe(&rkey) {
-                        Some(stripe) => store.core.take_or_load(stripe, &rkey)?,
-                        None => store.core.load(&rkey)?,
+                    // The stripe is held (its key was locked above): the record is in memory
+                    // there, or remembered there and taken out (the batch writes it), or read.
+                    let cur = match locked.stripe(&rkey) {
+                        Some(stripe) => store.core.current(stripe, &rkey)?,
+                        None => {
+                            let rec = store.core.load(&rkey)?;
+                            crate::core::Current {
+                                stored_slot: rec.as_ref().map(crate::record::Record::index_slot),
+                                rec,
+                                volatile: false,
+                            }
+                        }
                     };
-                    let mut rec = match check_holder(rec, &lease, now) {
+                    let mut rec = match check_holder(cur.rec, &lease, now) {
                         Ok(r) => r,
                         Err(lost) => {
                             Metrics::bump(&store.core.metrics().lease_lost);
                             return Ok(Err(CommitConflict::Lease { op: i, lost }));
                         }
                     };
-                    let slot = rec.index_slot();
+                    let slot = cur.stored_slot;
                     let m = store.core.metrics();
                     ends.push(match end {
                         End::Complete(resp) => {
@@ -317,12 +326,20 @@ impl Commit<'_> {
                             counter
                         }
                     });
-                    add_record(&mut batch, &rkey, Some(slot), &rec)?;
+                    add_record(&mut batch, &rkey, slot, &rec)?;
+                    if cur.volatile {
+                        written_from_memory.push(rkey);
+                    }
                     versions.push(None);
                 }
             }
         }
         engine.write(batch)?;
+        for rkey in &written_from_memory {
+            if let Some(stripe) = locked.stripe(rkey) {
+                stripe.drop_volatile(rkey);
+            }
+        }
         for counter in &ends {
             Metrics::bump(counter);
         }

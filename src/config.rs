@@ -39,6 +39,7 @@ pub struct Config {
     pub(crate) cache_bytes: usize,
     pub(crate) write_buffer_bytes: usize,
     pub(crate) lock_stripes: usize,
+    pub(crate) pending_in_memory: usize,
     pub(crate) duplicate_wait: Duration,
     pub(crate) sweep_interval: Option<Duration>,
     /// Tests and fuzzing only: the in-memory environment holding the database (see
@@ -85,6 +86,7 @@ impl Config {
             cache_bytes: 64 << 20,
             write_buffer_bytes: 64 << 20,
             lock_stripes: 4096,
+            pending_in_memory: 65_536,
             duplicate_wait: Duration::ZERO,
             sweep_interval: Some(Duration::from_secs(60)),
             in_memory: None,
@@ -302,6 +304,21 @@ impl Config {
     #[must_use]
     pub fn lock_stripes(mut self, n: usize) -> Self {
         self.lock_stripes = n;
+        self
+    }
+
+    /// How many pending records the embedded store may keep in memory only (docs/design.md,
+    /// "In-memory pending records"). A claim that acquires writes nothing to disk while there is
+    /// room: its pending record lives in this process until the holder completes, fails or
+    /// checkpoints it (one durable write per request), and a crash loses it, which only makes
+    /// the key claimable at once after the restart (the operation never completed). Past the cap
+    /// a claim writes its pending record durably, as `ClaimOptions::durable_pending` asks, and
+    /// never refuses. `0`: every pending record is durable. Consumer messages are always
+    /// durable. The PostgreSQL backend keeps every record in the database and ignores this.
+    /// Default: 65,536 (a few MiB).
+    #[must_use]
+    pub fn pending_in_memory(mut self, n: usize) -> Self {
+        self.pending_in_memory = n;
         self
     }
 

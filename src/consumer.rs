@@ -124,9 +124,12 @@ impl Store {
         let opts = opts.borrow();
         let (group, id) = (group.as_ref(), message_id.as_ref());
         self.core.check_names(group, id)?;
+        // Durable from the claim on: poison detection counts the attempts of workers that
+        // crashed, so each attempt must survive the crash.
         let claim_opts = ClaimOptions {
             lease: opts.lease,
             retention: opts.retention,
+            durable_pending: true,
         };
         Ok(
             match self.claim_in(

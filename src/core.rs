@@ -9,7 +9,10 @@
 //! - the store's time never goes backwards, across restarts too ([`Core::now`]);
 //! - arguments are checked ([`Core::check_names`], [`Core::check_size`], [`Core::check_bounded`],
 //!   [`Core::check_lease_store`]) before anything is read or written;
-//! - an expired record is treated as absent by every read.
+//! - an expired record is treated as absent by every read;
+//! - a key's in-memory record, while its stripe holds one, is that key's record above whatever is
+//!   stored ([`Core::current`]); it becomes durable, and leaves memory, in the batch that writes
+//!   it ([`Core::persist`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -26,7 +29,7 @@ use crate::error::{corrupted, Error, InvalidInput, Result};
 use crate::format;
 use crate::metrics::Metrics;
 use crate::record::{Lease, LeaseLost, Record, State};
-use crate::stripes::{Locked, Stripe, StripeGuard, Stripes};
+use crate::stripes::{Locked, Stripe, StripeGuard, Stripes, Volatile};
 
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
 /// block instead of one per claim. A restart skips what is left of the block.
@@ -216,6 +219,57 @@ impl Core {
         }
     }
 
+    /// The record of `rkey` under its held stripe: the in-memory one if the stripe holds one,
+    /// else as remembered or stored.
+    pub(crate) fn current(&self, stripe: &mut StripeGuard<'_>, rkey: &[u8]) -> Result<Current> {
+        if let Some(v) = stripe.volatile(rkey) {
+            return Ok(Current {
+                rec: Some(v.rec.clone()),
+                stored_slot: v.stored_slot,
+                volatile: true,
+            });
+        }
+        let rec = self.take_or_load(stripe, rkey)?;
+        Ok(Current {
+            stored_slot: rec.as_ref().map(Record::index_slot),
+            rec,
+            volatile: false,
+        })
+    }
+
+    /// Writes `rec` for `rkey` (whose stored record, if any, has its index entry at
+    /// `stored_slot`) in one batch, and drops the key's in-memory record: from now on the stored
+    /// one is current.
+    pub(crate) fn persist(
+        &self,
+        stripe: &mut StripeGuard<'_>,
+        rkey: &[u8],
+        stored_slot: Option<(Millis, u64)>,
+        rec: Record,
+    ) -> Result<()> {
+        self.write_record(rkey, stored_slot, &rec)?;
+        stripe.drop_volatile(rkey);
+        stripe.written(rkey, rec);
+        Ok(())
+    }
+
+    /// Keeps `rec` as the in-memory record of `rkey`, above the stored record whose index entry
+    /// is at `stored_slot` (if any).
+    pub(crate) fn keep_in_memory(
+        &self,
+        stripe: &mut StripeGuard<'_>,
+        rkey: &[u8],
+        stored_slot: Option<(Millis, u64)>,
+        rec: Record,
+    ) {
+        stripe.set_volatile(rkey, Volatile { rec, stored_slot });
+    }
+
+    /// Whether a new in-memory record fits under [`Config::pending_in_memory`].
+    pub(crate) fn memory_room(&self) -> bool {
+        self.stripes.volatile_count() < self.cfg.pending_in_memory
+    }
+
     pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
         self.engine.get_with(Cf::Records, rkey, |v| {
             v.map(codec::decode_record).transpose()
@@ -280,6 +334,15 @@ impl Core {
         drop(g);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// A key's current record (see [`Core::current`]).
+pub(crate) struct Current {
+    pub(crate) rec: Option<Record>,
+    /// Where the stored record's expiry-index entry is, if one is stored.
+    pub(crate) stored_slot: Option<(Millis, u64)>,
+    /// Whether `rec` is the in-memory record.
+    pub(crate) volatile: bool,
 }
 
 /// Adds `new` for `rkey` to a batch: the record and its index entry (replacing the entry at the

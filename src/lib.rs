@@ -86,7 +86,7 @@ pub use metrics::{Counters, Stats};
 pub use offsets::OffsetWindow;
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
-    Response,
+    ReplayView, Response,
 };
 #[cfg(feature = "postgres")]
 pub use replay_tier::ReplayTierStats;

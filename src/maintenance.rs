@@ -45,11 +45,18 @@ impl Store {
             batch.delete(Cf::Expiry, entry);
             if let Some((_, rkey)) = format::split_index_key(entry) {
                 let mut stripe = self.core.lock(rkey);
-                // Only the record's index slot matters: read it from a borrowed view.
-                let slot = self.core.engine.get_with(Cf::Records, rkey, |v| {
-                    v.and_then(|b| codec::decode_record_view(b).ok())
-                        .map(|rec| rec.index_slot())
-                })?;
+                // Only the record's index slot matters: read it from a borrowed view. A key whose
+                // current record is in memory keeps the expired stored record below it: the
+                // in-memory record's own write replaces it (and a sweep counts only records that
+                // stopped existing).
+                let slot = if stripe.volatile(rkey).is_some() {
+                    None
+                } else {
+                    self.core.engine.get_with(Cf::Records, rkey, |v| {
+                        v.and_then(|b| codec::decode_record_view(b).ok())
+                            .map(|rec| rec.index_slot())
+                    })?
+                };
                 if let Some((expires_at, fence)) = slot {
                     let is_current = format::index_key(expires_at, fence, rkey) == *entry;
                     if is_current && expires_at <= now {
@@ -66,6 +73,9 @@ impl Store {
             from.clone_from(entry);
         }
         drop(from);
+        // Expired in-memory records give their memory and their room under the cap back (they
+        // read as absent already; what is stored below one expired no later than it did).
+        self.core.stripes.drop_expired_volatile(now);
         self.core
             .metrics
             .swept

@@ -256,6 +256,13 @@ pub struct ClaimOptions {
     pub lease: Option<Duration>,
     /// Retention of the record. Default: [`crate::Config::retention`].
     pub retention: Option<Duration>,
+    /// Whether the pending record of an acquired lease is written to disk at the claim (`true`)
+    /// or kept in memory until the holder completes, fails or checkpoints (`false`, when
+    /// [`crate::Config::pending_in_memory`] has room). Durable pending records survive a crash:
+    /// the key stays in progress until the lease runs out, then the next acquirer sees the
+    /// attempt counted (`Lease::attempt`, `Lease::takeover`). Default: `false` (one durable write
+    /// per request). Always `true` on PostgreSQL.
+    pub durable_pending: bool,
 }
 
 impl ClaimOptions {
@@ -269,6 +276,12 @@ impl ClaimOptions {
     #[must_use]
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = Some(d);
+        self
+    }
+    /// Asks for a durable pending record (see the field `durable_pending`).
+    #[must_use]
+    pub fn durable_pending(mut self, yes: bool) -> Self {
+        self.durable_pending = yes;
         self
     }
 }
@@ -287,6 +300,54 @@ pub(crate) struct Record {
     pub takeovers: u32,
     pub checkpoint: Option<Checkpoint>,
     pub state: State,
+}
+
+/// A stored result seen in place, without copying it: what [`crate::Store::replay_with`] hands
+/// its closure. The body borrows the store's bytes for the closure's duration.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayView<'a> {
+    pub(crate) body: &'a [u8],
+    pub(crate) meta: &'a BTreeMap<String, String>,
+    pub(crate) finished_at: Millis,
+    pub(crate) failed: bool,
+}
+
+impl<'a> ReplayView<'a> {
+    /// The stored response's body.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// A metadata entry of the stored response.
+    pub fn meta(&self, key: &str) -> Option<&'a str> {
+        self.meta.get(key).map(String::as_str)
+    }
+
+    /// The `status` metadata entry, if present and numeric (as [`Response::status`]).
+    pub fn status(&self) -> Option<u16> {
+        self.meta("status").and_then(|s| s.parse().ok())
+    }
+
+    /// When the operation finished (store time, milliseconds since the epoch).
+    pub fn finished_at(&self) -> Millis {
+        self.finished_at
+    }
+
+    /// Whether it is a stored terminal failure ([`Claim::Failed`]) rather than a completion.
+    pub fn is_failure(&self) -> bool {
+        self.failed
+    }
+
+    /// The owned replay, as a claim would give it.
+    pub fn to_replay(&self) -> Replay {
+        Replay {
+            response: Response {
+                body: self.body.to_vec(),
+                meta: self.meta.clone(),
+            },
+            finished_at: self.finished_at,
+        }
+    }
 }
 
 /// A borrowed view of a stored record, for the paths that only answer from it (a replay, a

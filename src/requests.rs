@@ -17,7 +17,7 @@ use crate::format::{self, Namespace};
 use crate::metrics::Metrics;
 use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
-    RecordInfo, Replay, Response, ResponseView, State, StateView,
+    RecordInfo, Replay, ReplayView, Response, ResponseView, State, StateView,
 };
 use crate::store::Store;
 
@@ -96,7 +96,18 @@ impl Store {
             found => found,
         };
         let (mut stripe, unchanged) = self.core.stripes.lock_noted(noted);
-        let (now, found) = if unchanged {
+        // An in-memory record is the key's record, above what is stored. (The unlocked read
+        // above never answers for a key that has one: an in-memory record only ever replaces a
+        // stored record that was absent, expired, released or past its lease, none of which
+        // answers a claim; and it stays above it until it is written.)
+        let in_memory = stripe.volatile(&rkey).cloned();
+        let (now, found) = if let Some(v) = &in_memory {
+            let now = self.now();
+            (
+                now,
+                self.inspect_record(v.rec.clone(), v.stored_slot, fingerprint, now),
+            )
+        } else if unchanged {
             (now, found)
         } else {
             let now = self.now();
@@ -135,7 +146,14 @@ impl Store {
                 rec
             }
         };
-        self.core.write_record(&rkey, old_slot, &new)?;
+        // The slot of the stored record the new one replaces (an in-memory record stands above
+        // one, or none).
+        let stored_slot = match &in_memory {
+            Some(v) => v.stored_slot,
+            None => old_slot,
+        };
+        let durable = opts.durable_pending;
+        let kept = !durable && (in_memory.is_some() || self.core.memory_room());
         let lease = Lease {
             tenant: tenant.to_vec(),
             key: key.to_vec(),
@@ -147,7 +165,12 @@ impl Store {
             store_id: self.core.store_id,
             ns,
         };
-        stripe.written(&rkey, new);
+        if kept {
+            self.core
+                .keep_in_memory(&mut stripe, &rkey, stored_slot, new);
+        } else {
+            self.core.persist(&mut stripe, &rkey, stored_slot, new)?;
+        }
         drop(stripe);
         Metrics::bump(&m.acquired);
         if takeover {
@@ -163,7 +186,7 @@ impl Store {
         response: Response,
     ) -> Result<std::result::Result<(), LeaseLost>> {
         check_response(&self.core.cfg, "response", &response)?;
-        let r = self.with_lease(lease, |rec, now| {
+        let r = self.with_lease(lease, true, |rec, now| {
             rec.complete(response, now);
             Ok(())
         })?;
@@ -184,7 +207,7 @@ impl Store {
             check_response(&self.core.cfg, "failure", resp)?;
         }
         let terminal = matches!(kind, FailKind::Terminal(_));
-        let r = self.with_lease(lease, |rec, now| {
+        let r = self.with_lease(lease, true, |rec, now| {
             rec.fail(kind, now);
             Ok(())
         })?;
@@ -208,7 +231,8 @@ impl Store {
     ) -> Result<std::result::Result<(), LeaseLost>> {
         check_duration("renewal", extra, self.core.cfg.max_lease)?;
         let extra_ms = duration_millis(extra);
-        let r = self.with_lease(lease, |rec, now| {
+        // A renewal keeps an in-memory record in memory (it has nothing new to keep).
+        let r = self.with_lease(lease, false, |rec, now| {
             let until = now.saturating_add(extra_ms);
             rec.state = State::Pending { lease_until: until };
             rec.expires_at = rec.expires_at.max(until);
@@ -233,7 +257,8 @@ impl Store {
             state: state.into(),
         };
         check_checkpoint(&self.core.cfg, &cp)?;
-        let r = self.with_lease(lease, |rec, _| {
+        // A recovery point must reach the next acquirer after a crash: written, with the record.
+        let r = self.with_lease(lease, true, |rec, _| {
             rec.checkpoint = Some(cp);
             Ok(())
         })?;
@@ -300,10 +325,11 @@ impl Store {
     ) -> Result<Option<RecordInfo>> {
         let (tenant, key) = (tenant.as_ref(), key.as_ref());
         self.core.check_names(tenant, key)?;
+        let rkey = format::record_key(Namespace::Requests, tenant, key);
+        let mut stripe = self.core.lock(&rkey);
         let now = self.now();
-        let rec = self
-            .core
-            .load(&format::record_key(Namespace::Requests, tenant, key))?;
+        let rec = self.core.current(&mut stripe, &rkey)?.rec;
+        drop(stripe);
         Ok(rec.filter(|r| r.expires_at > now).map(|r| r.info()))
     }
 
@@ -331,8 +357,9 @@ impl Store {
         let rkey = format::record_key(ns, tenant, key);
         let mut stripe = self.core.lock(&rkey);
         stripe.forget(&rkey);
+        let in_memory = stripe.drop_volatile(&rkey);
         let Some(raw) = self.core.engine.get(Cf::Records, &rkey)? else {
-            return Ok(false);
+            return Ok(in_memory);
         };
         let mut batch = self.core.engine.batch();
         batch.delete(Cf::Records, &rkey);
@@ -377,6 +404,49 @@ impl Store {
         )
     }
 
+    /// Answers a duplicate from its stored result without copying it: if `key` of `tenant` holds
+    /// a completed or terminally failed record for this `fingerprint`, calls `f` with a view of it
+    /// (the body borrowed from the stored bytes) and returns `Some` of what `f` returns; otherwise
+    /// (no record, expired, pending or released, another fingerprint) `None`, and the caller
+    /// claims as usual, which then gives the full answer ([`Claim::Mismatch`], in progress, or
+    /// the lease). One point read and no lock: for callers that only copy the response out (into
+    /// a socket, a buffer), a replay that costs what a bare read of the value costs. Counts a
+    /// replay when it calls `f`. Arguments are checked as by [`Store::claim`].
+    pub fn replay_with<T>(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        fingerprint: impl AsRef<[u8]>,
+        f: impl FnOnce(ReplayView<'_>) -> T,
+    ) -> Result<Option<T>> {
+        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        check_names_and_fingerprint(&self.core.cfg, tenant, key, fingerprint)?;
+        let now = self.now();
+        let rkey = format::record_key(Namespace::Requests, tenant, key);
+        // A finished record is never only in memory (it is written when it finishes), and an
+        // in-memory record only stands above a stored one that is not finished and live: the
+        // stored bytes alone decide, as for a claim's unlocked read.
+        self.core.engine.get_with(Cf::Records, &rkey, |v| {
+            let Some(bytes) = v else { return Ok(None) };
+            let view = codec::decode_record_view(bytes)?;
+            if view.expires_at <= now || view.fingerprint != fingerprint {
+                return Ok(None);
+            }
+            let (response, at, failed) = match &view.state {
+                StateView::Completed { response, at } => (response, *at, false),
+                StateView::Failed { response, at } => (response, *at, true),
+                StateView::Pending { .. } | StateView::Released => return Ok(None),
+            };
+            Metrics::bump(&self.core.metrics.replayed);
+            Ok(Some(f(ReplayView {
+                body: response.body,
+                meta: &response.meta,
+                finished_at: at,
+                failed,
+            })))
+        })?
+    }
+
     /// Reads the record of `rkey` at `now` for a claim with `fingerprint`: the claim's answer when
     /// the stored record alone decides it (mismatch, replay, in progress), decoded from a borrowed
     /// view so that only the answer is allocated; otherwise what the claim must decide on. Shared
@@ -418,27 +488,81 @@ impl Store {
         })?
     }
 
+    /// [`Store::inspect`] for an in-memory record (whose stored record, if any, has its index
+    /// entry at `stored_slot`): the same answers, from the record itself.
+    fn inspect_record(
+        &self,
+        rec: Record,
+        stored_slot: Option<(Millis, u64)>,
+        fingerprint: &[u8],
+        now: Millis,
+    ) -> Inspected {
+        let m = &self.core.metrics;
+        if rec.expires_at <= now {
+            return match stored_slot {
+                Some(slot) => Inspected::Expired(slot),
+                None => Inspected::Absent,
+            };
+        }
+        if rec.fingerprint != fingerprint {
+            Metrics::bump(&m.mismatch);
+            return Inspected::Answer(Claim::Mismatch);
+        }
+        match rec.state {
+            State::Pending { lease_until } if lease_until > now => {
+                Inspected::Answer(Claim::InProgress {
+                    retry_after: Duration::from_millis(lease_until - now),
+                })
+            }
+            // Never in memory (a finished record is written at once); answered alike anyway.
+            State::Completed { response, at } => {
+                Metrics::bump(&m.replayed);
+                Inspected::Answer(Claim::Completed(Replay {
+                    response,
+                    finished_at: at,
+                }))
+            }
+            State::Failed { response, at } => {
+                Metrics::bump(&m.replayed);
+                Inspected::Answer(Claim::Failed(Replay {
+                    response,
+                    finished_at: at,
+                }))
+            }
+            State::Pending { .. } | State::Released => Inspected::Open(rec),
+        }
+    }
+
+    /// Runs `f` on the record of `lease` if `lease` holds it, and stores the result: on disk
+    /// (with the index entry), or, for a renewal (`durable` false) of a record that exists only
+    /// in memory, in memory again.
     fn with_lease<T>(
         &self,
         lease: &Lease,
+        durable: bool,
         f: impl FnOnce(&mut Record, Millis) -> Result<T>,
     ) -> Result<std::result::Result<T, LeaseLost>> {
         self.core.check_lease_store(lease)?;
         let rkey = lease.record_key();
         let mut stripe = self.core.lock(&rkey);
         let now = self.now();
-        let mut rec = match check_holder(self.core.take_or_load(&mut stripe, &rkey)?, lease, now) {
+        let cur = self.core.current(&mut stripe, &rkey)?;
+        let mut rec = match check_holder(cur.rec, lease, now) {
             Ok(rec) => rec,
             Err(lost) => {
                 Metrics::bump(&self.core.metrics.lease_lost);
                 return Ok(Err(lost));
             }
         };
-        let slot = rec.index_slot();
         let out = f(&mut rec, now)?;
-        self.core.write_record(&rkey, Some(slot), &rec)?;
         let finished = !matches!(rec.state, State::Pending { .. });
-        stripe.written(&rkey, rec);
+        if cur.volatile && !durable {
+            self.core
+                .keep_in_memory(&mut stripe, &rkey, cur.stored_slot, rec);
+        } else {
+            self.core
+                .persist(&mut stripe, &rkey, cur.stored_slot, rec)?;
+        }
         drop(stripe);
         if finished {
             self.core.notify_finished();
@@ -456,15 +580,7 @@ pub(crate) fn check_claim(
     fingerprint: &[u8],
     opts: ClaimOptions,
 ) -> Result<(Millis, Millis)> {
-    cfg.check_names(tenant, key)?;
-    if fingerprint.len() > MAX_FINGERPRINT_LEN {
-        return Err(InvalidInput::TooLarge {
-            what: "fingerprint",
-            len: fingerprint.len(),
-            max: MAX_FINGERPRINT_LEN,
-        }
-        .into());
-    }
+    check_names_and_fingerprint(cfg, tenant, key, fingerprint)?;
     let lease_d = opts.lease.unwrap_or(cfg.lease);
     let retention_d = opts.retention.unwrap_or(cfg.retention);
     check_duration("lease", lease_d, cfg.max_lease)?;
@@ -477,6 +593,25 @@ pub(crate) fn check_claim(
         .into());
     }
     Ok((duration_millis(lease_d), duration_millis(retention_d)))
+}
+
+/// Checks the names and the fingerprint's length of a claim or a replay.
+fn check_names_and_fingerprint(
+    cfg: &Config,
+    tenant: &[u8],
+    key: &[u8],
+    fingerprint: &[u8],
+) -> Result<()> {
+    cfg.check_names(tenant, key)?;
+    if fingerprint.len() > MAX_FINGERPRINT_LEN {
+        return Err(InvalidInput::TooLarge {
+            what: "fingerprint",
+            len: fingerprint.len(),
+            max: MAX_FINGERPRINT_LEN,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Checks a response (`what`: "response" or "failure") against the size limit.

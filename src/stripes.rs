@@ -5,15 +5,22 @@
 //! under its stripe's lock and replaces or drops what the stripe remembers for that key.
 //! Forgetting is always safe: a miss falls back to a read.
 //!
+//! A stripe also holds the records that exist only in memory (pending or renewed leases whose
+//! claim wrote nothing, docs/design.md "In-memory pending records"). These are not a cache: while
+//! one is held for a key it *is* that key's record, above whatever is stored; it is never evicted,
+//! only replaced or dropped under the stripe's lock, and [`Stripes`] counts them so their number
+//! stays under the configured cap.
+//!
 //! Each stripe also counts how often its lock was released. A reader that notes the count, reads a
 //! record without the lock, then takes the lock and finds the count unchanged knows that nothing
 //! was written under the stripe in between, so its read is still current.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::clock::Millis;
 use crate::record::{Record, State};
 
 /// Records remembered per stripe. Leases in flight rarely share a stripe (4096 by default), so two
@@ -33,6 +40,8 @@ pub(crate) struct Stripes {
     /// Per-process random seed of the stripe hash: which keys share a stripe cannot be chosen
     /// from outside.
     seed: u64,
+    /// In-memory records held by all stripes together (see [`Stripe::volatile`]).
+    volatile: AtomicUsize,
 }
 
 /// A stripe's position and its release count, noted before an unlocked read
@@ -47,6 +56,15 @@ pub(crate) struct Noted {
 pub(crate) struct StripeGuard<'a> {
     guard: MutexGuard<'a, Stripe>,
     releases: &'a AtomicU64,
+    volatile: &'a AtomicUsize,
+}
+
+/// A record that exists only in memory, and where the stored record it stands above (if any) has
+/// its expiry-index entry, so the write that makes it durable replaces that entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Volatile {
+    pub(crate) rec: Record,
+    pub(crate) stored_slot: Option<(Millis, u64)>,
 }
 
 impl Deref for StripeGuard<'_> {
@@ -76,6 +94,9 @@ impl Drop for StripeGuard<'_> {
 #[derive(Default)]
 pub(crate) struct Stripe {
     held: Vec<(Box<[u8]>, Record)>,
+    /// Records that exist only in memory, by key (see [`Volatile`]); changed only through the
+    /// guard, which keeps the count of all stripes.
+    volatile: Vec<(Box<[u8]>, Volatile)>,
 }
 
 impl Stripes {
@@ -86,6 +107,7 @@ impl Stripes {
             locks: (0..n).map(|_| Mutex::default()).collect(),
             releases: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seed,
+            volatile: AtomicUsize::new(0),
         }
     }
 
@@ -121,15 +143,47 @@ impl Stripes {
         StripeGuard {
             guard: self.locks[i].lock(),
             releases: &self.releases[i],
+            volatile: &self.volatile,
         }
     }
 
-    /// Forgets every remembered pending record (the test hook that empties a store).
+    /// Forgets every remembered pending record and drops every in-memory record (the test hook
+    /// that empties a store).
     #[cfg(feature = "__internal")]
     pub(crate) fn clear(&self) {
         for i in 0..self.locks.len() {
-            self.guard(i).held.clear();
+            let mut g = self.guard(i);
+            g.held.clear();
+            let n = g.guard.volatile.len();
+            g.guard.volatile.clear();
+            self.volatile.fetch_sub(n, Ordering::Relaxed);
         }
+    }
+
+    /// How many in-memory records all stripes hold.
+    pub(crate) fn volatile_count(&self) -> usize {
+        self.volatile.load(Ordering::Relaxed)
+    }
+
+    /// Drops the in-memory records that expired by `now` (they read as absent already; this
+    /// returns their memory and their room under the cap); how many.
+    pub(crate) fn drop_expired_volatile(&self, now: Millis) -> usize {
+        let mut dropped = 0;
+        if self.volatile_count() == 0 {
+            return 0;
+        }
+        for i in 0..self.locks.len() {
+            let mut g = self.guard(i);
+            let before = g.guard.volatile.len();
+            if before == 0 {
+                continue;
+            }
+            g.guard.volatile.retain(|(_, v)| v.rec.expires_at > now);
+            let n = before - g.guard.volatile.len();
+            self.volatile.fetch_sub(n, Ordering::Relaxed);
+            dropped += n;
+        }
+        dropped
     }
 
     /// Locks the stripe of `key`.
@@ -180,14 +234,47 @@ pub(crate) struct Locked<'a> {
     guards: Vec<(usize, StripeGuard<'a>)>,
 }
 
-impl Locked<'_> {
+impl<'a> Locked<'a> {
     /// The held stripe of `key`; `None` if `key` was not among the locked keys.
-    pub(crate) fn stripe(&mut self, key: &[u8]) -> Option<&mut Stripe> {
+    pub(crate) fn stripe(&mut self, key: &[u8]) -> Option<&mut StripeGuard<'a>> {
         let i = self.stripes.index(key);
         self.guards
             .iter_mut()
             .find(|(j, _)| *j == i)
-            .map(|(_, g)| &mut **g)
+            .map(|(_, g)| g)
+    }
+}
+
+impl StripeGuard<'_> {
+    /// The in-memory record of `key`, if it has one.
+    pub(crate) fn volatile(&self, key: &[u8]) -> Option<&Volatile> {
+        self.guard
+            .volatile
+            .iter()
+            .find(|(k, _)| **k == *key)
+            .map(|(_, v)| v)
+    }
+
+    /// Makes `v` the in-memory record of `key`, replacing the one it had.
+    pub(crate) fn set_volatile(&mut self, key: &[u8], v: Volatile) {
+        self.guard.forget(key);
+        if let Some((_, old)) = self.guard.volatile.iter_mut().find(|(k, _)| **k == *key) {
+            *old = v;
+        } else {
+            self.guard.volatile.push((key.into(), v));
+            self.volatile.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops the in-memory record of `key` (it was written to disk, or forgotten); whether it had
+    /// one.
+    pub(crate) fn drop_volatile(&mut self, key: &[u8]) -> bool {
+        let Some(at) = self.guard.volatile.iter().position(|(k, _)| **k == *key) else {
+            return false;
+        };
+        self.guard.volatile.swap_remove(at);
+        self.volatile.fetch_sub(1, Ordering::Relaxed);
+        true
     }
 }
 

@@ -115,11 +115,23 @@ impl Store {
         let index = index.as_ref();
         let key = self.unique_key_checked(index, value)?;
         let rkey = lease.record_key().to_vec();
-        let _g = self
+        let mut locked = self
             .core
             .lock_many([key.as_slice(), rkey.as_slice()].into_iter());
-        if let Err(lost) = check_holder(self.core.load(&rkey)?, lease, self.now()) {
-            return Ok(Err(lost));
+        let Some(stripe) = locked.stripe(&rkey) else {
+            return Err(crate::error::Error::Engine(
+                "the lease's stripe was not locked".into(),
+            ));
+        };
+        let cur = self.core.current(stripe, &rkey)?;
+        let rec = match check_holder(cur.rec, lease, self.now()) {
+            Ok(rec) => rec,
+            Err(lost) => return Ok(Err(lost)),
+        };
+        // A reservation bound to the lease is live while the stored record is pending under
+        // this lease: a record that was only in memory is written first.
+        if cur.volatile {
+            self.core.persist(stripe, &rkey, cur.stored_slot, rec)?;
         }
         Ok(Ok(self.put_reservation(
             &key,

@@ -21,8 +21,8 @@ use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..2usize, 0..3usize, 0..2usize, 1..40u64, 20..120u64).prop_map(|(t, k, fp, lease_s, ret_s)| {
-            Op::Claim { t, k, fp, lease_s: lease_s.min(ret_s), ret_s }
+        6 => (0..2usize, 0..3usize, 0..2usize, 1..40u64, 20..120u64, 0..4u8).prop_map(|(t, k, fp, lease_s, ret_s, d)| {
+            Op::Claim { t, k, fp, lease_s: lease_s.min(ret_s), ret_s, durable: d == 0 }
         }),
         3 => (any::<usize>(), any::<u8>()).prop_map(|(lease, body)| Op::Complete { lease, body }),
         1 => any::<usize>().prop_map(|lease| Op::FailRetry { lease }),

@@ -107,7 +107,7 @@ mod clock_stepped_back_before_a_reopen_changes_nothing {
         let done = common::acquire(&store, "t", "done", b"fp");
         store.complete(&done, Response::new("r")).unwrap().unwrap();
         clock.advance(Duration::from_secs(2 * 3600)); // past the 1 h retention
-        let running = common::acquire(&store, "t", "running", b"fp");
+        let running = common::acquire_durable(&store, "t", "running", b"fp");
         clock.advance(Duration::from_secs(60)); // past the 10 s lease
         assert!(store.get("t", "done").unwrap().is_none());
         let seen = store.now();
@@ -450,7 +450,7 @@ mod close_refuses_while_other_handles_are_alive {
         let store = common::open(dir.path(), &clock);
         let clone = store.clone();
         assert_eq!(store.close(), Err(Error::InUse { other_handles: 1 }));
-        let l = common::acquire(&clone, "t", "k", b"fp");
+        let l = common::acquire_durable(&clone, "t", "k", b"fp");
         drop(l);
         clone.close().unwrap();
         let again = common::open(dir.path(), &clock);

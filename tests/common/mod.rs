@@ -30,6 +30,23 @@ pub fn acquire(store: &Store, tenant: &str, key: &str, fp: &[u8]) -> Lease {
     }
 }
 
+/// As [`acquire`], with a durable pending record (`ClaimOptions::durable_pending`): for tests
+/// that look at what is on disk, or reopen the store, while the lease is held.
+pub fn acquire_durable(store: &Store, tenant: &str, key: &str, fp: &[u8]) -> Lease {
+    match store
+        .claim(
+            tenant,
+            key,
+            fp,
+            ClaimOptions::default().durable_pending(true),
+        )
+        .expect("claim")
+    {
+        Claim::Acquired(l) => l,
+        other => panic!("expected to acquire {tenant}/{key}, got {other:?}"),
+    }
+}
+
 /// The typed invalid-input error of `r`, or a panic saying what came instead.
 pub fn invalid<T: std::fmt::Debug>(r: idemdb::Result<T>) -> idemdb::InvalidInput {
     match r {
@@ -99,6 +116,22 @@ fn assert_ignored_test_exists(name: &str) {
 
 /// Collects the child's `ACK <a> <b>` lines until its stdout closes.
 pub fn read_acks(child: &mut std::process::Child) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    let lines = read_lines(child);
+    std::thread::spawn(move || {
+        lines
+            .join()
+            .expect("reader")
+            .into_iter()
+            .filter(|(kind, ..)| kind == "ACK")
+            .map(|(_, a, b)| (a, b))
+            .collect()
+    })
+}
+
+/// Every `KIND a b` line the child prints (two numbers after a word), until it exits.
+pub fn read_lines(
+    child: &mut std::process::Child,
+) -> std::thread::JoinHandle<Vec<(String, u64, u64)>> {
     use std::io::BufRead;
     let stdout = child.stdout.take().expect("piped stdout");
     std::thread::spawn(move || {
@@ -106,8 +139,9 @@ pub fn read_acks(child: &mut std::process::Child) -> std::thread::JoinHandle<Vec
             .lines()
             .map_while(Result::ok)
             .filter_map(|l| {
-                let mut p = l.strip_prefix("ACK ")?.split(' ');
-                Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+                let mut p = l.split(' ');
+                let kind = p.next()?.to_string();
+                Some((kind, p.next()?.parse().ok()?, p.next()?.parse().ok()?))
             })
             .collect()
     })

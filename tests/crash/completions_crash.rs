@@ -2,7 +2,11 @@
 //! (the test binary, re-executed) claims, checkpoints, fails and completes keys and prints each
 //! completion after `complete` returns; the parent SIGKILLs it at a random moment, reopens the
 //! store and checks that every acknowledged completion is present and intact, fencing tokens never
-//! went backwards, every record decodes, and every pending record can be taken over.
+//! went backwards, every record decodes, and every pending record can be taken over. Every
+//! seventh key is left pending, three ways (docs/design.md, "In-memory pending records"): a claim
+//! kept in memory with an hour-long lease (claimable at once after the crash: it was never
+//! written), a durable-pending claim with an hour-long lease (still in progress after the crash),
+//! and a checkpointed claim with the default lease (its next acquirer receives the checkpoint).
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -59,7 +63,36 @@ pub fn child(durability: Durability) {
             store.checkpoint(&lease, "half", body(i)).unwrap().unwrap();
         }
         if i % 7 == 0 {
-            continue; // left pending, as a crashed worker would
+            // Left pending, as a crashed worker would.
+            match (i / 7) % 4 {
+                0 if i % 3 != 0 => {
+                    let Claim::Acquired(l) = store
+                        .claim("crash", format!("mem{i}"), b"fp", long_lease())
+                        .unwrap()
+                    else {
+                        panic!("fresh key not acquired")
+                    };
+                    writeln!(out, "MEM {i} {}", l.fence()).unwrap();
+                }
+                1 => {
+                    let Claim::Acquired(l) = store
+                        .claim(
+                            "crash",
+                            format!("dur{i}"),
+                            b"fp",
+                            long_lease().durable_pending(true),
+                        )
+                        .unwrap()
+                    else {
+                        panic!("fresh key not acquired")
+                    };
+                    writeln!(out, "DUR {i} {}", l.fence()).unwrap();
+                }
+                _ if i % 3 == 0 => writeln!(out, "CP {i} {}", lease.fence()).unwrap(),
+                _ => {}
+            }
+            out.flush().unwrap();
+            continue;
         }
         store
             .complete(&lease, Response::new(body(i)).with_status(201))
@@ -68,6 +101,11 @@ pub fn child(durability: Durability) {
         writeln!(out, "ACK {i} {}", lease.fence()).unwrap();
         out.flush().unwrap();
     }
+}
+
+/// An hour-long lease: still live when the parent reopens the store.
+fn long_lease() -> ClaimOptions {
+    ClaimOptions::default().lease(std::time::Duration::from_secs(3600))
 }
 
 /// The parent side: `IDEMDB_CRASH_ITERATIONS` (default 100) kills of the test named `child_test`
@@ -80,6 +118,7 @@ pub fn run(durability: Durability, child_test: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut acked: Vec<(u64, u64)> = Vec::new();
     let mut max_fence = 0;
+    let mut checked = [0usize; 3]; // in memory, durable pending, checkpointed
     let mut rng = common::Xorshift::from_clock();
     for iter in 0..iterations {
         let start = iter * 1_000_000;
@@ -90,9 +129,17 @@ pub fn run(durability: Durability, child_test: &str) {
                 ("IDEMDB_CRASH_START", start.to_string()),
             ],
         );
-        let reader = common::read_acks(&mut child);
+        let reader = common::read_lines(&mut child);
         common::kill_after_random_pause(&mut child, &mut rng, 30, 300);
-        let new_acks = reader.join().unwrap();
+        let lines = reader.join().unwrap();
+        let of = |kind: &str| -> Vec<(u64, u64)> {
+            lines
+                .iter()
+                .filter(|(k, ..)| k == kind)
+                .map(|&(_, i, f)| (i, f))
+                .collect()
+        };
+        let new_acks = of("ACK");
         acked.extend(&new_acks);
 
         // Reopen with a clock past every lease (30 s) but within retention (24 h). The store's
@@ -105,7 +152,13 @@ pub fn run(durability: Durability, child_test: &str) {
             .sweep_interval(None)
             .open()
             .unwrap();
-        for &(i, fence) in &acked {
+        // This run's acknowledged completions after every crash; every earlier one again after
+        // the last crash (a completion a crash lost cannot come back, so checking all of them
+        // once at the end finds any crash that lost one, without reading every completion again
+        // after each of the hundred crashes).
+        let all = iter + 1 == iterations;
+        let check: &[(u64, u64)] = if all { &acked } else { &new_acks };
+        for &(i, fence) in check {
             let info = store
                 .get("crash", format!("k{i}"))
                 .unwrap()
@@ -120,9 +173,62 @@ pub fn run(durability: Durability, child_test: &str) {
             assert_eq!(info.fence, fence);
             max_fence = max_fence.max(fence);
         }
+        // Tokens handed out before the crash, acknowledged or not, stay below every later one.
+        for &(_, _, fence) in &lines {
+            max_fence = max_fence.max(fence);
+        }
+        // A claim kept in memory was never written: its key is claimable at once, although its
+        // hour-long lease has not run out.
+        for (i, _) in of("MEM") {
+            match store
+                .claim("crash", format!("mem{i}"), b"fp", ClaimOptions::default())
+                .unwrap()
+            {
+                Claim::Acquired(l) => assert!(l.fence() > max_fence, "mem{i}: token reused"),
+                other => panic!("iteration {iter}: in-memory mem{i} not claimable: {other:?}"),
+            }
+            checked[0] += 1;
+        }
+        // A durable pending claim survived: still in progress until its lease runs out.
+        for (i, fence) in of("DUR") {
+            let info = store.get("crash", format!("dur{i}")).unwrap();
+            assert!(
+                matches!(&info, Some(r) if r.fence == fence
+                    && matches!(r.state, RecordState::Pending { .. })),
+                "iteration {iter}: durable pending dur{i} is {info:?}"
+            );
+            let again = store
+                .claim("crash", format!("dur{i}"), b"fp", ClaimOptions::default())
+                .unwrap();
+            assert!(
+                matches!(again, Claim::InProgress { .. }),
+                "iteration {iter}: dur{i} {again:?}"
+            );
+            checked[1] += 1;
+        }
+        // A checkpointed claim survived, and its next acquirer receives the checkpoint.
+        for (i, fence) in of("CP") {
+            match store
+                .claim("crash", format!("k{i}"), b"fp", ClaimOptions::default())
+                .unwrap()
+            {
+                Claim::Acquired(l) => {
+                    assert!(l.fence() > fence && l.fence() > max_fence);
+                    assert!(l.is_takeover(), "iteration {iter}: k{i} was pending");
+                    let cp = l
+                        .checkpoint()
+                        .expect("the checkpoint reaches the next acquirer");
+                    assert_eq!(cp.state, body(i));
+                    max_fence = max_fence.max(l.fence());
+                }
+                other => panic!("iteration {iter}: checkpointed k{i} not taken over: {other:?}"),
+            }
+            checked[2] += 1;
+        }
         // Every key the child touched in this run decodes; pending ones can be taken over.
         let last = new_acks.last().map_or(start, |&(i, _)| i);
-        for i in start..=last + 2 {
+        let taken: Vec<u64> = of("CP").iter().map(|&(i, _)| i).collect();
+        for i in (start..=last + 2).filter(|i| !taken.contains(i)) {
             let key = format!("k{i}");
             if let Some(info) = store.get("crash", &key).unwrap() {
                 if let RecordState::Pending { .. } | RecordState::Released = info.state {
@@ -133,6 +239,7 @@ pub fn run(durability: Durability, child_test: &str) {
                         Claim::Acquired(l) => {
                             assert!(l.fence() > info.fence);
                             assert!(l.fence() > max_fence);
+                            max_fence = max_fence.max(l.fence());
                             if let Some(cp) = l.checkpoint() {
                                 assert_eq!(cp.state, body(i));
                             }
@@ -149,8 +256,17 @@ pub fn run(durability: Durability, child_test: &str) {
         "the child made progress: {} acks",
         acked.len()
     );
+    assert!(
+        checked.iter().all(|&n| n > 0),
+        "every kind of pending claim was checked: {checked:?}"
+    );
     println!(
-        "crash test ({durability:?}): {iterations} SIGKILLs, {} acknowledged completions verified",
-        acked.len()
+        "crash test ({durability:?}): {iterations} SIGKILLs, {} acknowledged completions verified; \
+         {} in-memory claims claimable at once, {} durable pending claims still in progress, {} \
+         checkpoints received by the next acquirer",
+        acked.len(),
+        checked[0],
+        checked[1],
+        checked[2]
     );
 }

@@ -57,6 +57,8 @@ pub enum Op {
         fp: usize,
         lease_s: u64,
         ret_s: u64,
+        /// `ClaimOptions::durable_pending`: the pending record is written at the claim.
+        durable: bool,
     },
     Complete {
         lease: usize,
@@ -170,6 +172,7 @@ impl Op {
                         fp,
                         lease_s,
                         ret_s,
+                        durable: p() % 4 == 0,
                     }
                 }
                 6..=8 => Op::Complete {
@@ -330,6 +333,10 @@ struct Model {
     /// reserved block.
     fence_reserved: u64,
     recs: BTreeMap<(usize, usize), MRec>,
+    /// Request keys whose record exists only in memory (a claim that acquired wrote nothing,
+    /// docs/design.md "In-memory pending records"), with the stored record below it (`None`:
+    /// nothing stored). A reopen drops the in-memory records: the stored ones come back.
+    stored: BTreeMap<(usize, usize), Option<MRec>>,
     /// Reservations by value: a plain owner, or the lease's (model id, fence) when bound.
     res: BTreeMap<u8, Holder>,
     /// Versioned entities: (version, value or tombstone).
@@ -338,6 +345,10 @@ struct Model {
     /// meaning of "processed", against the store's compacted window.
     offsets: [BTreeSet<u64>; 2],
 }
+
+/// The model store's `Config::pending_in_memory`: small, so that claims past the cap (written
+/// durably) happen too.
+const PENDING_IN_MEMORY: usize = 2;
 
 /// Fencing tokens reserved per block (the store's `FENCE_BLOCK`).
 const FENCE_BLOCK: u64 = 1 << 16;
@@ -356,9 +367,79 @@ impl Model {
         self.recs.get(&id).filter(|r| r.expires_at > self.now)
     }
 
-    fn claim(&mut self, id: (usize, usize), fp: &[u8], lease_s: u64, ret_s: u64) -> Outcome {
+    /// Whether a claim of `id` that acquires keeps its record in memory: a request (not a
+    /// consumer message) claimed without `durable`, while the store's cap has room (or the key's
+    /// record is in memory already).
+    fn in_memory(&self, id: (usize, usize), durable: bool) -> bool {
+        !durable
+            && id.0 < CONSUMER
+            && (self.stored.contains_key(&id) || self.stored.len() < PENDING_IN_MEMORY)
+    }
+
+    /// A claim of `id` acquired: its record goes to memory (remembering what is stored below it)
+    /// or to disk. Call before changing `recs`.
+    fn acquiring(&mut self, id: (usize, usize), in_memory: bool) {
+        if in_memory {
+            if !self.stored.contains_key(&id) {
+                let below = self.recs.get(&id).cloned();
+                self.stored.insert(id, below);
+            }
+        } else {
+            self.stored.remove(&id);
+        }
+    }
+
+    /// [`Model::holder`] for a call that writes the record (complete, fail, checkpoint, a
+    /// commit, a bound reservation): an in-memory record becomes the stored one.
+    fn holder_durable(&mut self, id: (usize, usize), fence: u64) -> Result<&mut MRec, LeaseLost> {
+        if self.holder(id, fence).is_ok() {
+            self.stored.remove(&id);
+        }
+        self.holder(id, fence)
+    }
+
+    /// A reopen: every in-memory record is gone, and what is stored below it is current again.
+    /// Returns the keys that changed.
+    fn reopened(&mut self) -> Vec<(usize, usize)> {
+        let stored = std::mem::take(&mut self.stored);
+        let ids = stored.keys().copied().collect();
+        for (id, below) in stored {
+            match below {
+                Some(r) => self.recs.insert(id, r),
+                None => self.recs.remove(&id),
+            };
+        }
+        ids
+    }
+
+    /// A sweep drops expired in-memory records (what is stored below one expired no later).
+    fn swept(&mut self) {
+        let now = self.now;
+        let expired: Vec<_> = self
+            .stored
+            .keys()
+            .copied()
+            .filter(|id| self.recs.get(id).is_none_or(|r| r.expires_at <= now))
+            .collect();
+        for id in expired {
+            match self.stored.remove(&id).flatten() {
+                Some(r) => self.recs.insert(id, r),
+                None => self.recs.remove(&id),
+            };
+        }
+    }
+
+    fn claim(
+        &mut self,
+        id: (usize, usize),
+        fp: &[u8],
+        lease_s: u64,
+        ret_s: u64,
+        durable: bool,
+    ) -> Outcome {
         let now = self.now;
         let lease_until = now + lease_s * 1000;
+        let in_memory = self.in_memory(id, durable);
         let Some(rec) = self.live(id).cloned() else {
             let r = MRec {
                 fp: fp.to_vec(),
@@ -377,6 +458,7 @@ impl Model {
                 takeover: false,
                 checkpoint: None,
             };
+            self.acquiring(id, in_memory);
             self.recs.insert(id, r);
             return out;
         };
@@ -398,6 +480,7 @@ impl Model {
             MState::Pending { .. } | MState::Released => {
                 let takeover = matches!(rec.state, MState::Pending { .. });
                 let fence = self.issue_fence();
+                self.acquiring(id, in_memory);
                 let r = self.recs.get_mut(&id).expect("live record");
                 r.fence = fence;
                 r.attempts += 1;
@@ -653,6 +736,13 @@ impl Watch {
         self.finished.remove(&id);
     }
 
+    /// A reopen dropped the in-memory record of request key `id`: the stored record below it,
+    /// with an older fence, is current again (tokens issued stay above it: `acquired` still
+    /// holds).
+    pub fn reverted(&mut self, id: (usize, usize)) {
+        self.fences.remove(&id);
+    }
+
     /// `get` reported `got` for request key `id` at `now`.
     pub fn record(&mut self, id: (usize, usize), got: Option<&RecordInfo>, now: u64, ctx: &str) {
         if let Some(snap) = self.finished.get(&id) {
@@ -766,7 +856,8 @@ fn open(dir: &std::path::Path, clock: &ManualClock, mem: Option<&InMemory>) -> S
         .max_lease(Duration::from_secs(MAX_LEASE_S))
         .write_buffer_bytes(1 << 20)
         .cache_bytes(1 << 20)
-        .lock_stripes(16);
+        .lock_stripes(16)
+        .pending_in_memory(PENDING_IN_MEMORY);
     match mem {
         Some(mem) => cfg.in_memory(mem),
         None => cfg,
@@ -810,6 +901,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
         next_fence: 1,
         fence_reserved: 0,
         recs: BTreeMap::new(),
+        stored: BTreeMap::new(),
         ents: BTreeMap::new(),
         res: BTreeMap::new(),
         offsets: [BTreeSet::new(), BTreeSet::new()],
@@ -840,17 +932,19 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 fp,
                 lease_s,
                 ret_s,
+                durable,
             } => {
                 let opts = ClaimOptions::default()
                     .lease(Duration::from_secs(lease_s))
-                    .retention(Duration::from_secs(ret_s));
+                    .retention(Duration::from_secs(ret_s))
+                    .durable_pending(durable);
                 let before = store.get(TENANTS[t], KEYS[k]).unwrap();
                 let got = store.claim(TENANTS[t], KEYS[k], FPS[fp], opts).unwrap();
                 if let Claim::Acquired(l) = &got {
                     watch.acquired(l.fence(), &ctx);
                     watch.acquired_over(before.as_ref(), model.now, &ctx);
                 }
-                let want = model.claim((t, k), FPS[fp], lease_s, ret_s);
+                let want = model.claim((t, k), FPS[fp], lease_s, ret_s, durable);
                 assert_eq!(Outcome::from(&got), want, "{ctx}");
                 let name = match &want {
                     Outcome::Acquired { takeover: true, .. } => "takeover",
@@ -878,7 +972,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 let (l, id) = &leases[lease % leases.len()];
                 let got = store.complete(l, resp(body)).unwrap();
                 let now = model.now;
-                let want = model.holder(*id, l.fence()).map(|r| {
+                let want = model.holder_durable(*id, l.fence()).map(|r| {
                     r.checkpoint = None;
                     r.state = MState::Completed(resp(body), now);
                 });
@@ -889,7 +983,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 let (l, id) = &leases[lease % leases.len()];
                 let got = store.fail(l, FailKind::Retryable).unwrap();
                 let want = model
-                    .holder(*id, l.fence())
+                    .holder_durable(*id, l.fence())
                     .map(|r| r.state = MState::Released);
                 assert_eq!(got, want, "{ctx}");
                 count("fail retryable", lost_name(&got));
@@ -898,7 +992,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 let (l, id) = &leases[lease % leases.len()];
                 let got = store.fail(l, FailKind::Terminal(resp(body))).unwrap();
                 let now = model.now;
-                let want = model.holder(*id, l.fence()).map(|r| {
+                let want = model.holder_durable(*id, l.fence()).map(|r| {
                     r.checkpoint = None;
                     r.state = MState::Failed(resp(body), now);
                 });
@@ -933,7 +1027,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                     .checkpoint(l, cp.phase.clone(), cp.state.clone())
                     .unwrap();
                 let want = model
-                    .holder(*id, l.fence())
+                    .holder_durable(*id, l.fence())
                     .map(|r| r.checkpoint = Some(cp));
                 assert_eq!(got, want, "{ctx}");
                 count("checkpoint", lost_name(&got));
@@ -946,6 +1040,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                     assert!(existed, "{ctx}");
                 }
                 model.recs.remove(&(t, k));
+                model.stored.remove(&(t, k));
                 watch.forgotten((t, k));
                 count("forget", "");
             }
@@ -955,6 +1050,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
             }
             Op::Sweep { limit } => {
                 store.sweep(limit).unwrap();
+                model.swept();
                 count("sweep", "");
             }
             Op::Compact => {
@@ -965,6 +1061,10 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 drop(store);
                 store = open(dir, clock, mem);
                 model.next_fence = model.fence_reserved + 1;
+                // In-memory records are gone: their keys read as what is stored below them.
+                for id in model.reopened() {
+                    watch.reverted(id);
+                }
                 count("reopen", "");
             }
             Op::MarkProcessed { p, offset } => {
@@ -1014,7 +1114,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                         current: live,
                     })
                 } else {
-                    match model.holder(*id, l.fence()) {
+                    match model.holder_durable(*id, l.fence()) {
                         Err(lost) => Err(CommitConflict::Lease { op: 1, lost }),
                         Ok(r) => {
                             r.checkpoint = None;
@@ -1050,9 +1150,9 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
             Op::Begin { g, k } => {
                 let id = (g + CONSUMER, k);
                 let now = model.now;
-                let want = match model.claim(id, &[], 10, 60) {
+                let want = match model.claim(id, &[], 10, 60, true) {
                     Outcome::Acquired { attempt, fence, .. } if attempt > MSG_MAX_ATTEMPTS => {
-                        let r = model.holder(id, fence).expect("just acquired");
+                        let r = model.holder_durable(id, fence).expect("just acquired");
                         r.checkpoint = None;
                         r.state = MState::Failed(poison(attempt - 1), now);
                         format!("poisoned {}", attempt - 1)
@@ -1117,7 +1217,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 let (l, id) = &leases[i];
                 let now = model.now;
                 let attempts = l.attempt();
-                let want = model.holder(*id, l.fence()).map(|r| {
+                let want = model.holder_durable(*id, l.fence()).map(|r| {
                     if attempts >= MSG_MAX_ATTEMPTS {
                         r.checkpoint = None;
                         r.state = MState::Failed(poison(attempts), now);
@@ -1181,7 +1281,7 @@ fn run_in(session: &mut Session, ops: Vec<Op>, count: &mut dyn FnMut(&'static st
                 let by_other_of_key = model
                     .holder_of(v)
                     .is_some_and(|h| h.other_lease_of_key(*id));
-                let want = match model.holder(*id, l.fence()) {
+                let want = match model.holder_durable(*id, l.fence()) {
                     Err(lost) => Err(lost),
                     Ok(_) => Ok(model.reserve(v, Holder::Bound(*id, l.fence()))),
                 };

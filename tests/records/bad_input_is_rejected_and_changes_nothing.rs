@@ -13,7 +13,7 @@ fn hostile_arguments_get_typed_errors() {
         .max_response_bytes(1000)
         .open()
         .unwrap();
-    let l = common::acquire(&store, "t", "k", b"fp");
+    let l = common::acquire_durable(&store, "t", "k", b"fp");
     let before = store.get("t", "k").unwrap();
     let d = ClaimOptions::default();
     let long_key = "k".repeat(256);

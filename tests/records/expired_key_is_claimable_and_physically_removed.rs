@@ -35,7 +35,7 @@ fn expired_records_vanish_from_reads_at_once_and_from_disk_after_compaction() {
     clock.advance(Duration::from_secs(1));
     assert!(store.get("t", "k0").unwrap().is_none(), "expiry is exact");
     // Claimable again at once, as a fresh record.
-    let again = common::acquire(&store, "t", "k0", b"other fingerprint is fine now");
+    let again = common::acquire_durable(&store, "t", "k0", b"other fingerprint is fine now");
     assert_eq!(again.attempt(), 1);
 
     // The compaction filter alone drops the expired records (no sweep yet).
@@ -58,7 +58,7 @@ fn sweep_deletes_expired_records_without_compaction() {
     let clock = ManualClock::default();
     let store = common::open(dir.path(), &clock);
     for i in 0..50 {
-        common::acquire(&store, "t", &format!("k{i}"), b"");
+        common::acquire_durable(&store, "t", &format!("k{i}"), b"");
     }
     clock.advance(Duration::from_secs(3600));
     assert_eq!(store.sweep(20).unwrap(), 20);

@@ -42,7 +42,7 @@ fn foreign_or_missing_format_marker_is_refused() {
     let clock = ManualClock::default();
     {
         let s = common::open(dir.path(), &clock);
-        common::acquire(&s, "t", "k", b"");
+        common::acquire_durable(&s, "t", "k", b"");
         s.close().unwrap();
     }
     let edit = |v: Option<&[u8]>| {

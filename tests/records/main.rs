@@ -19,6 +19,8 @@ mod expired_lease_is_taken_over_and_stale_complete_refused;
 mod fencing_tokens_increase_across_reopen;
 mod fingerprint_mismatch_leaves_record_untouched;
 mod foreign_lease_and_foreign_directory_are_refused;
+mod pending_in_memory_until_finished;
+mod replay_with_borrows_the_stored_result;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod same_request_twice_replays_first_response;
 mod sweep_never_deletes_an_extended_record;

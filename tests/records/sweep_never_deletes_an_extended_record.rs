@@ -15,6 +15,7 @@ fn renewal_past_retention_moves_the_expiry() {
         .open()
         .unwrap();
     let opts = ClaimOptions::default()
+        .durable_pending(true)
         .retention(Duration::from_secs(60))
         .lease(Duration::from_secs(30));
     let idemdb::Claim::Acquired(mut lease) = store.claim("t", "k", b"", opts).unwrap() else {

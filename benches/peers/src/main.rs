@@ -405,13 +405,17 @@ fn row(order: usize, system: &str, threads: usize, m: &Measured) -> Row {
 struct IdemPeer {
     store: Store,
     lease: Option<Lease>,
+    /// Claims ask for a durable pending record (`ClaimOptions::durable_pending`): the pending
+    /// record is written at the claim, as before issue 17 (two writes per request).
+    durable_pending: bool,
 }
 
 impl Peer for IdemPeer {
     fn claim(&mut self, key: &str) -> R<bool> {
+        let opts = ClaimOptions::default().durable_pending(self.durable_pending);
         match self
             .store
-            .claim("bench", key, FP, ClaimOptions::default())
+            .claim("bench", key, FP, opts)
             .map_err(|e| e.to_string())?
         {
             Claim::Acquired(lease) => {
@@ -434,22 +438,33 @@ impl Peer for IdemPeer {
             .map_err(|lost| format!("lease of {key} lost: {lost:?}"))
     }
 
+    /// A duplicate's replay through the borrowed path (`Store::replay_with`), copying the body
+    /// out as the bare point read does; a claim would answer the same (`Claim::Completed`), with
+    /// the response copied into an owned value.
     fn replay(&mut self, key: &str) -> R<Option<Vec<u8>>> {
         match self
             .store
-            .claim("bench", key, FP, ClaimOptions::default())
+            .replay_with("bench", key, FP, |v| v.body().to_vec())
             .map_err(|e| e.to_string())?
         {
-            Claim::Completed(replay) => Ok(Some(replay.response.body)),
-            other => Err(format!("expected a replay of {key}, got {other:?}")),
+            Some(body) => Ok(Some(body)),
+            None => Err(format!("expected a replay of {key}, found none")),
         }
     }
 }
 
-fn run_idemdb(rep: &mut Report, s: &Settings, durability: Durability, prefix: &str) {
-    let (name, keys) = match durability {
-        Durability::Synced => ("idemdb Synced", s.synced_keys),
-        _ => ("idemdb Buffered", s.keys),
+fn run_idemdb(
+    rep: &mut Report,
+    s: &Settings,
+    durability: Durability,
+    durable_pending: bool,
+    prefix: &str,
+) {
+    let (name, keys) = match (durability, durable_pending) {
+        (Durability::Synced, false) => ("idemdb Synced", s.synced_keys),
+        (Durability::Synced, true) => ("idemdb Synced, durable pending", s.synced_keys),
+        (_, false) => ("idemdb Buffered", s.keys),
+        (_, true) => ("idemdb Buffered, durable pending", s.keys),
     };
     // A fresh store for each thread count, opened in `setup`, shared by that run's peers.
     let store: Mutex<Option<(Store, tempfile::TempDir)>> = Mutex::new(None);
@@ -471,6 +486,7 @@ fn run_idemdb(rep: &mut Report, s: &Settings, durability: Durability, prefix: &s
         Ok(IdemPeer {
             store: st.clone(),
             lease: None,
+            durable_pending,
         })
     };
     rep.run(name, prefix, keys, &s.threads, &mut setup, &make);
@@ -1334,14 +1350,21 @@ fn pair_rounds(
     Ok(Rounds { write, replay })
 }
 
-fn idemdb_store(durability: Durability) -> R<(IdemPeer, tempfile::TempDir)> {
+fn idemdb_store(durability: Durability, durable_pending: bool) -> R<(IdemPeer, tempfile::TempDir)> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let store = Config::new(dir.path())
         .durability(durability)
         .sweep_interval(None)
         .open()
         .map_err(|e| e.to_string())?;
-    Ok((IdemPeer { store, lease: None }, dir))
+    Ok((
+        IdemPeer {
+            store,
+            lease: None,
+            durable_pending,
+        },
+        dir,
+    ))
 }
 
 /// Runs the pairings selected by `--only`, each against a fresh idemdb store: Buffered against
@@ -1355,16 +1378,18 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     let chunk_me = if s.smoke { 20 } else { 5_000 };
     let net = if s.smoke { 10 } else { 400 };
     let synced = if s.smoke { 10 } else { 150 };
-    let mut pair_with = |durability: Durability,
+    let mut pair_with = |(durability, durable_pending): (Durability, bool),
                          peer_name: &'static str,
                          (chunk_me, chunk_peer): (usize, usize),
                          run: &mut dyn FnMut(&mut dyn Peer) -> R<Rounds>| {
-        let me = match durability {
-            Durability::Synced => "idemdb Synced",
-            _ => "idemdb Buffered",
+        let me = match (durability, durable_pending) {
+            (Durability::Synced, false) => "idemdb Synced",
+            (Durability::Synced, true) => "idemdb Synced, durable pending",
+            (_, false) => "idemdb Buffered",
+            (_, true) => "idemdb Buffered, durable pending",
         };
         eprintln!("compare: paired rounds, {me} and {peer_name}");
-        let res = idemdb_store(durability).and_then(|(mut me, _dir)| run(&mut me));
+        let res = idemdb_store(durability, durable_pending).and_then(|(mut me, _dir)| run(&mut me));
         match res {
             Ok(r) => out.push(Paired {
                 me,
@@ -1380,36 +1405,57 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
         }
     };
     let tag = |what: &str| format!("{prefix}-paired-{what}");
-    if selected("bare-buffered") {
-        pair_with(
+    // Against bare RocksDB, buffered and synced, each with pending records kept in memory (the
+    // default) and with durable pending records (two writes per request, as before issue 17), so
+    // that the cost of asking for them is measured in the same run.
+    for (id, durability, durable, synced_peer, chunk) in [
+        (
+            "bare-buffered",
             Durability::Buffered,
-            "bare RocksDB buffered",
-            (chunk_me, chunk_me),
-            &mut |me| {
-                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-                let db = bare_rocksdb(dir.path())?;
-                let mut peer = RocksPeer::new(&db, false)?;
-                pair_rounds(me, &mut peer, (chunk_me, chunk_me), rounds, &tag("bare"))
-            },
-        );
-    }
-    if selected("bare-synced") {
-        pair_with(
+            false,
+            false,
+            chunk_me,
+        ),
+        ("bare-synced", Durability::Synced, false, true, synced),
+        (
+            "bare-buffered-durable",
+            Durability::Buffered,
+            true,
+            false,
+            chunk_me,
+        ),
+        (
+            "bare-synced-durable",
             Durability::Synced,
-            "bare RocksDB synced",
-            (synced, synced),
+            true,
+            true,
+            synced,
+        ),
+    ] {
+        if !selected(id) {
+            continue;
+        }
+        let peer_name = if synced_peer {
+            "bare RocksDB synced"
+        } else {
+            "bare RocksDB buffered"
+        };
+        pair_with(
+            (durability, durable),
+            peer_name,
+            (chunk, chunk),
             &mut |me| {
                 let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
                 let db = bare_rocksdb(dir.path())?;
-                let mut peer = RocksPeer::new(&db, true)?;
-                pair_rounds(me, &mut peer, (synced, synced), rounds, &tag("bare-synced"))
+                let mut peer = RocksPeer::new(&db, synced_peer)?;
+                pair_rounds(me, &mut peer, (chunk, chunk), rounds, &tag(id))
             },
         );
     }
     if selected("sqlite") {
         let chunk = chunk_me / 2;
         pair_with(
-            Durability::Buffered,
+            (Durability::Buffered, false),
             "SQLite WAL synchronous=NORMAL",
             (chunk_me, chunk),
             &mut |me| {
@@ -1421,7 +1467,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     }
     if selected("redis") {
         pair_with(
-            Durability::Buffered,
+            (Durability::Buffered, false),
             "Redis (RESP, no pipelining)",
             (chunk_me, net),
             &mut |me| {
@@ -1433,7 +1479,7 @@ fn run_paired(s: &Settings, prefix: &str) -> (Vec<Paired>, Vec<String>) {
     }
     if selected("postgres-async") {
         pair_with(
-            Durability::Buffered,
+            (Durability::Buffered, false),
             "PostgreSQL synchronous_commit=off",
             (chunk_me, net),
             &mut |me| {
@@ -1708,11 +1754,19 @@ fn main() {
     let systems: Vec<(&str, Runner<'_>)> = vec![
         (
             "idemdb-buffered",
-            Box::new(|r| run_idemdb(r, &s, Durability::Buffered, &prefix)),
+            Box::new(|r| run_idemdb(r, &s, Durability::Buffered, false, &prefix)),
         ),
         (
             "idemdb-synced",
-            Box::new(|r| run_idemdb(r, &s, Durability::Synced, &prefix)),
+            Box::new(|r| run_idemdb(r, &s, Durability::Synced, false, &prefix)),
+        ),
+        (
+            "idemdb-durable-buffered",
+            Box::new(|r| run_idemdb(r, &s, Durability::Buffered, true, &prefix)),
+        ),
+        (
+            "idemdb-durable-synced",
+            Box::new(|r| run_idemdb(r, &s, Durability::Synced, true, &prefix)),
         ),
         (
             "bare-buffered",
