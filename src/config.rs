@@ -315,7 +315,8 @@ impl Config {
     /// a claim writes its pending record durably, as `ClaimOptions::durable_pending` asks, and
     /// never refuses. `0`: every pending record is durable. Consumer messages are always
     /// durable. The PostgreSQL backend keeps every record in the database and ignores this.
-    /// Default: 65,536 (a few MiB).
+    /// The cap is checked without a lock shared by all keys, so claims running at the same moment
+    /// may pass it by one each; `Stats::pending_in_memory` counts them. Default: 65,536 (a few MiB).
     #[must_use]
     pub fn pending_in_memory(mut self, n: usize) -> Self {
         self.pending_in_memory = n;

@@ -113,6 +113,7 @@ impl Store {
             estimated_index_entries: e.int_property(Cf::Expiry, EngineProperty::EstimatedKeys)?,
             live_sst_bytes,
             memtable_bytes,
+            pending_in_memory: self.core.stripes.volatile_count() as u64,
         })
     }
 

@@ -67,4 +67,7 @@ pub struct Stats {
     pub live_sst_bytes: u64,
     /// Bytes held in memtables over all column families.
     pub memtable_bytes: u64,
+    /// Pending records held in memory only (claims that wrote nothing yet, docs/design.md
+    /// "In-memory pending records"), against [`crate::Config::pending_in_memory`].
+    pub pending_in_memory: u64,
 }

@@ -178,12 +178,14 @@ fn past_the_cap_and_on_request_the_pending_record_is_written() {
     let a = common::acquire(&store, "t", "a", b"fp");
     let _b = common::acquire(&store, "t", "b", b"fp");
     assert_eq!(store.physical_counts().unwrap(), (0, 0));
+    assert_eq!(store.stats().unwrap().pending_in_memory, 2);
     let _c = common::acquire(&store, "t", "c", b"fp");
     assert_eq!(
         store.physical_counts().unwrap(),
         (1, 1),
         "past the cap: written, not refused"
     );
+    assert_eq!(store.stats().unwrap().pending_in_memory, 2);
     // Room again once one is written.
     store.complete(&a, Response::new("done")).unwrap().unwrap();
     let _d = common::acquire(&store, "t", "d", b"fp");

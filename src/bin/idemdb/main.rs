@@ -121,6 +121,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             println!("estimated index entries  {}", s.estimated_index_entries);
             println!("live SST bytes           {}", s.live_sst_bytes);
             println!("memtable bytes           {}", s.memtable_bytes);
+            println!("pending in memory        {}", s.pending_in_memory);
             Ok(ExitCode::SUCCESS)
         }
         "inspect" => {
