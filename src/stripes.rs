@@ -360,6 +360,37 @@ mod tests {
     }
 
     #[test]
+    fn in_memory_records_are_counted_replaced_and_dropped() {
+        let stripes = Stripes::new(4, 7);
+        let v = |fence, expires_at| Volatile {
+            rec: Record {
+                expires_at,
+                ..pending(fence)
+            },
+            stored_slot: None,
+        };
+        {
+            let mut g = stripes.lock(b"a");
+            g.written(b"a", pending(1));
+            g.set_volatile(b"a", v(2, 10));
+            assert!(g.take(b"a").is_none(), "the read cache lets the key go");
+            g.set_volatile(b"a", v(3, 10));
+            assert_eq!(g.volatile(b"a").map(|x| x.rec.fence), Some(3), "replaced");
+        }
+        stripes.lock(b"b").set_volatile(b"b", v(4, 20));
+        assert_eq!(
+            stripes.volatile_count(),
+            2,
+            "a replacement is not counted twice"
+        );
+        assert_eq!(stripes.drop_expired_volatile(10), 1, "a expired at 10");
+        assert!(stripes.lock(b"a").volatile(b"a").is_none());
+        assert!(stripes.lock(b"b").drop_volatile(b"b"));
+        assert!(!stripes.lock(b"b").drop_volatile(b"b"), "only once");
+        assert_eq!(stripes.volatile_count(), 0);
+    }
+
+    #[test]
     fn a_full_stripe_evicts_its_oldest_record() {
         let mut s = Stripe::default();
         for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
