@@ -294,14 +294,7 @@ impl Commit<'_> {
                     // there, or remembered there and taken out (the batch writes it), or read.
                     let cur = match locked.stripe(&rkey) {
                         Some(stripe) => store.core.current(stripe, &rkey)?,
-                        None => {
-                            let rec = store.core.load(&rkey)?;
-                            crate::core::Current {
-                                stored_slot: rec.as_ref().map(crate::record::Record::index_slot),
-                                rec,
-                                volatile: false,
-                            }
-                        }
+                        None => crate::core::Current::stored(store.core.load(&rkey)?),
                     };
                     let mut rec = match check_holder(cur.rec, &lease, now) {
                         Ok(r) => r,

@@ -229,12 +229,7 @@ impl Core {
                 volatile: true,
             });
         }
-        let rec = self.take_or_load(stripe, rkey)?;
-        Ok(Current {
-            stored_slot: rec.as_ref().map(Record::index_slot),
-            rec,
-            volatile: false,
-        })
+        Ok(Current::stored(self.take_or_load(stripe, rkey)?))
     }
 
     /// Writes `rec` for `rkey` (whose stored record, if any, has its index entry at
@@ -343,6 +338,17 @@ pub(crate) struct Current {
     pub(crate) stored_slot: Option<(Millis, u64)>,
     /// Whether `rec` is the in-memory record.
     pub(crate) volatile: bool,
+}
+
+impl Current {
+    /// The key's record as stored (it has no in-memory record).
+    pub(crate) fn stored(rec: Option<Record>) -> Current {
+        Current {
+            stored_slot: rec.as_ref().map(Record::index_slot),
+            rec,
+            volatile: false,
+        }
+    }
 }
 
 /// Adds `new` for `rkey` to a batch: the record and its index entry (replacing the entry at the

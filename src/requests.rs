@@ -100,13 +100,15 @@ impl Store {
         // above never answers for a key that has one: an in-memory record only ever replaces a
         // stored record that was absent, expired, released or past its lease, none of which
         // answers a claim; and it stays above it until it is written.)
-        let in_memory = stripe.volatile(&rkey).cloned();
-        let (now, found) = if let Some(v) = &in_memory {
+        let in_memory = stripe
+            .volatile(&rkey)
+            .map(|v| (v.rec.clone(), v.stored_slot));
+        // Where the stored record below an in-memory one has its index entry (`Some(None)`:
+        // nothing stored below it); `None`: the key has no in-memory record.
+        let below_memory = in_memory.as_ref().map(|(_, slot)| *slot);
+        let (now, found) = if let Some((rec, slot)) = in_memory {
             let now = self.now();
-            (
-                now,
-                self.inspect_record(v.rec.clone(), v.stored_slot, fingerprint, now),
-            )
+            (now, self.inspect_record(rec, slot, fingerprint, now))
         } else if unchanged {
             (now, found)
         } else {
@@ -148,12 +150,8 @@ impl Store {
         };
         // The slot of the stored record the new one replaces (an in-memory record stands above
         // one, or none).
-        let stored_slot = match &in_memory {
-            Some(v) => v.stored_slot,
-            None => old_slot,
-        };
-        let durable = opts.durable_pending;
-        let kept = !durable && (in_memory.is_some() || self.core.memory_room());
+        let stored_slot = below_memory.unwrap_or(old_slot);
+        let kept = !opts.durable_pending && (below_memory.is_some() || self.core.memory_room());
         let lease = Lease {
             tenant: tenant.to_vec(),
             key: key.to_vec(),

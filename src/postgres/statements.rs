@@ -111,10 +111,10 @@ pub(crate) const CLAIM: &str = "SELECT * FROM idemdb_claim($1::smallint, $2::byt
 /// that has not expired, and answers the lease's end (`lease_until`); no row: it applied to
 /// nothing, and [`HOLDER_WHY`] says why.
 macro_rules! holder {
-    ($set:literal) => {
+    ($($set:tt)+) => {
         concat!(
             "UPDATE idemdb_requests q SET ",
-            $set,
+            $($set)+,
             "
 WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea AND q.fence = $4::bigint
   AND q.state = 0 AND q.expires_at > ",
@@ -125,24 +125,33 @@ RETURNING q.lease_until"
     };
 }
 
+/// A holder's call that ends the lease with a stored response in `state` (2 completed, 3 failed):
 /// $6 the response body, $7 its metadata (key, value, key, value...).
-pub(crate) const COMPLETE: &str = holder!(
-    "state = 2, finished_at = COALESCE($5::bigint, floor(extract(epoch FROM \
-     statement_timestamp()) * 1000)::bigint), response_body = $6::bytea, \
-     response_meta = $7::text[], checkpoint_phase = NULL, checkpoint_state = NULL"
-);
+macro_rules! finish {
+    ($state:literal) => {
+        holder!(
+            "state = ",
+            $state,
+            ", finished_at = ",
+            now_expr!("$5"),
+            ", response_body = $6::bytea, response_meta = $7::text[], \
+             checkpoint_phase = NULL, checkpoint_state = NULL"
+        )
+    };
+}
+
+/// $6 the response body, $7 its metadata.
+pub(crate) const COMPLETE: &str = finish!("2");
 /// As [`COMPLETE`], for a terminal failure.
-pub(crate) const FAIL: &str = holder!(
-    "state = 3, finished_at = COALESCE($5::bigint, floor(extract(epoch FROM \
-     statement_timestamp()) * 1000)::bigint), response_body = $6::bytea, \
-     response_meta = $7::text[], checkpoint_phase = NULL, checkpoint_state = NULL"
-);
+pub(crate) const FAIL: &str = finish!("3");
 pub(crate) const RELEASE: &str = holder!("state = 1");
 /// $6 the renewal in milliseconds.
 pub(crate) const RENEW: &str = holder!(
-    "lease_until = COALESCE($5::bigint, floor(extract(epoch FROM statement_timestamp()) * \
-     1000)::bigint) + $6::bigint, expires_at = GREATEST(q.expires_at, COALESCE($5::bigint, \
-     floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint)"
+    "lease_until = ",
+    now_expr!("$5"),
+    " + $6::bigint, expires_at = GREATEST(q.expires_at, ",
+    now_expr!("$5"),
+    " + $6::bigint)"
 );
 /// $6 the checkpoint's phase, $7 its state.
 pub(crate) const CHECKPOINT: &str =
