@@ -13,10 +13,14 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+mod consumers;
+mod entities;
+mod offsets;
+mod unique;
+
 use crate::clock::Millis;
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
-#[cfg(feature = "postgres")]
 use crate::format::Namespace;
 use crate::record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
@@ -148,14 +152,22 @@ impl AsyncStore {
         opts: impl std::borrow::Borrow<ClaimOptions>,
     ) -> Result<Claim> {
         let (t, k, f) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
-        self.claim_with(t, k, f, *opts.borrow(), &NO_RELEASE_REPORT)
-            .await
+        self.claim_with(
+            Namespace::Requests,
+            t,
+            k,
+            f,
+            *opts.borrow(),
+            &NO_RELEASE_REPORT,
+        )
+        .await
     }
 
     /// [`AsyncStore::claim`], calling `on_release` with the outcome of each release of a lease
     /// acquired for a caller that went away (the HTTP layer counts them).
     pub(crate) async fn claim_with(
         &self,
+        ns: Namespace,
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
@@ -166,17 +178,17 @@ impl AsyncStore {
         // embedded store inside its claim, PostgreSQL here.
         match &self.backend {
             Backend::Embedded(s) if s.config().durability == Durability::Buffered => {
-                s.claim(tenant, key, fingerprint, opts)
+                s.claim_in(ns, tenant, key, fingerprint, opts)
             }
             Backend::Embedded(s) => {
                 // A replay or mismatch needs no write, so it is read inline (no sync); only a
                 // claim that may write (and sync) goes to the blocking pool.
-                if let Ok(Some(answer)) = s.peek_final(tenant, key, fingerprint) {
+                if let Ok(Some(answer)) = s.peek_final(ns, tenant, key, fingerprint) {
                     return Ok(answer);
                 }
                 let (t, k, f) = (tenant.to_vec(), key.to_vec(), fingerprint.to_vec());
                 PooledClaim::spawn(s.clone(), on_release.clone(), move |s| {
-                    s.claim(t, k, f, opts)
+                    s.claim_in(ns, &t, &k, &f, opts)
                 })
                 .await
             }
@@ -184,7 +196,6 @@ impl AsyncStore {
             Backend::Postgres(pg) => {
                 let (lease_ms, retention_ms) =
                     crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
-                let ns = Namespace::Requests;
                 let tier = self.tier.clone();
                 if let Some(tier) = &tier {
                     let test_now = self

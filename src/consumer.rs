@@ -101,7 +101,7 @@ pub enum MessageFailed {
     },
 }
 
-fn poison_marker(attempts: u32) -> Response {
+pub(crate) fn poison_marker(attempts: u32) -> Response {
     Response::new(Vec::new())
         .with_meta(POISONED, "true")
         .with_meta("attempts", attempts.to_string())
@@ -124,40 +124,21 @@ impl Store {
         let opts = opts.borrow();
         let (group, id) = (group.as_ref(), message_id.as_ref());
         self.core.check_names(group, id)?;
-        // Durable from the claim on: poison detection counts the attempts of workers that
-        // crashed, so each attempt must survive the crash.
-        let claim_opts = ClaimOptions {
-            lease: opts.lease,
-            retention: opts.retention,
-            durable_pending: true,
-        };
-        Ok(
-            match self.claim_in(
-                crate::format::Namespace::Consumers,
-                group,
-                id,
-                &[],
-                claim_opts,
-            )? {
-                Claim::Acquired(lease) if lease.attempt() > opts.max_attempts.max(1) => {
-                    // Its workers kept crashing: poison it instead of handing it out again.
-                    let attempts = lease.attempt() - 1;
-                    match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
-                        Ok(()) | Err(_) => Begin::Poisoned { attempts },
-                    }
+        let claim = self.claim_in(
+            crate::format::Namespace::Consumers,
+            group,
+            id,
+            &[],
+            claim_options(opts),
+        )?;
+        Ok(match begin_step(claim, opts) {
+            BeginStep::Answer(b) => b,
+            BeginStep::Poison { lease, attempts } => {
+                match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
+                    Ok(()) | Err(_) => Begin::Poisoned { attempts },
                 }
-                Claim::Acquired(lease) => Begin::Process(lease),
-                Claim::Completed(r) => Begin::Completed(r),
-                Claim::Failed(r) => match poisoned_attempts(&r) {
-                    Some(attempts) => Begin::Poisoned { attempts },
-                    None => Begin::Failed(r),
-                },
-                Claim::InProgress { retry_after } => Begin::InProgress { retry_after },
-                Claim::Mismatch => Begin::InProgress {
-                    retry_after: Duration::ZERO,
-                },
-            },
-        )
+            }
+        })
     }
 
     /// Records a failed processing attempt: releases the message for redelivery, or poisons it
@@ -167,14 +148,59 @@ impl Store {
         lease: &Lease,
         opts: impl Borrow<ConsumerOptions>,
     ) -> Result<std::result::Result<MessageFailed, LeaseLost>> {
-        let opts = opts.borrow();
-        let attempts = lease.attempt();
-        if attempts >= opts.max_attempts.max(1) {
-            let r = self.fail(lease, FailKind::Terminal(poison_marker(attempts)))?;
-            Ok(r.map(|()| MessageFailed::Poisoned { attempts }))
-        } else {
-            let r = self.fail(lease, FailKind::Retryable)?;
-            Ok(r.map(|()| MessageFailed::WillRetry { attempts }))
+        let (kind, outcome) = message_failure(lease, opts.borrow());
+        Ok(self.fail(lease, kind)?.map(|()| outcome))
+    }
+}
+
+/// The claim options of a delivery: durable from the claim on, because poison detection counts
+/// the attempts of workers that crashed, so each attempt must survive the crash.
+pub(crate) fn claim_options(opts: &ConsumerOptions) -> ClaimOptions {
+    ClaimOptions {
+        lease: opts.lease,
+        retention: opts.retention,
+        durable_pending: true,
+    }
+}
+
+/// What a delivery's claim means (both backends decide it with this code).
+pub(crate) enum BeginStep {
+    /// The answer.
+    Answer(Begin),
+    /// Acquired past `max_attempts` (its workers kept crashing): poison it with this lease
+    /// instead of handing it out again; the answer is then `Begin::Poisoned`.
+    Poison { lease: Lease, attempts: u32 },
+}
+
+pub(crate) fn begin_step(claim: Claim, opts: &ConsumerOptions) -> BeginStep {
+    BeginStep::Answer(match claim {
+        Claim::Acquired(lease) if lease.attempt() > opts.max_attempts.max(1) => {
+            let attempts = lease.attempt() - 1;
+            return BeginStep::Poison { lease, attempts };
         }
+        Claim::Acquired(lease) => Begin::Process(lease),
+        Claim::Completed(r) => Begin::Completed(r),
+        Claim::Failed(r) => match poisoned_attempts(&r) {
+            Some(attempts) => Begin::Poisoned { attempts },
+            None => Begin::Failed(r),
+        },
+        Claim::InProgress { retry_after } => Begin::InProgress { retry_after },
+        Claim::Mismatch => Begin::InProgress {
+            retry_after: Duration::ZERO,
+        },
+    })
+}
+
+/// How a failed processing attempt ends the lease, and what it answers: released for another
+/// attempt, or poisoned once `max_attempts` attempts were made.
+pub(crate) fn message_failure(lease: &Lease, opts: &ConsumerOptions) -> (FailKind, MessageFailed) {
+    let attempts = lease.attempt();
+    if attempts >= opts.max_attempts.max(1) {
+        (
+            FailKind::Terminal(poison_marker(attempts)),
+            MessageFailed::Poisoned { attempts },
+        )
+    } else {
+        (FailKind::Retryable, MessageFailed::WillRetry { attempts })
     }
 }

@@ -42,6 +42,14 @@ impl OffsetWindow {
         self.above.len()
     }
 
+    /// A window from its parts as another backend stores them, normalised.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn from_parts(next: u64, above: BTreeSet<u64>) -> Self {
+        let mut w = OffsetWindow { next, above };
+        w.normalise();
+        w
+    }
+
     fn processed(offset: u64) -> Self {
         let mut s = Self::default();
         s.above.insert(offset);
@@ -75,6 +83,16 @@ pub(crate) fn merge_offset_operands(existing: Option<&[u8]>, operands: &[&[u8]])
     format::merge_sealed("offset window", existing, operands, OffsetWindow::join)
 }
 
+/// The refusal of a mark that would keep more than `limit` offsets above the watermark.
+pub(crate) fn window_full(limit: usize) -> crate::Error {
+    crate::InvalidInput::LimitReached {
+        what: "offset window (processed offsets above the watermark)",
+        limit,
+        hint: "commit a watermark (Store::commit_watermark) or process the missing offsets first",
+    }
+    .into()
+}
+
 fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {
     let id = format::composite(&[topic, &partition.to_be_bytes()]);
     entity_key(Kind::Offsets, group, &id)
@@ -102,13 +120,7 @@ impl Store {
         w.join(&OffsetWindow::processed(offset));
         let limit = self.config().max_offset_gaps;
         if w.above.len() > limit {
-            return Err(crate::InvalidInput::LimitReached {
-                what: "offset window (processed offsets above the watermark)",
-                limit,
-                hint: "commit a watermark (Store::commit_watermark) or process the missing \
-                       offsets first",
-            }
-            .into());
+            return Err(window_full(limit));
         }
         self.merge_window(&key, &OffsetWindow::processed(offset))
     }

@@ -381,6 +381,7 @@ impl Store {
     #[cfg(feature = "async")]
     pub(crate) fn peek_final(
         &self,
+        ns: Namespace,
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
@@ -390,11 +391,7 @@ impl Store {
         }
         let now = self.now();
         Ok(
-            match self.inspect(
-                &format::record_key(Namespace::Requests, tenant, key),
-                fingerprint,
-                now,
-            )? {
+            match self.inspect(&format::record_key(ns, tenant, key), fingerprint, now)? {
                 Inspected::Answer(Claim::InProgress { .. }) => None,
                 Inspected::Answer(answer) => Some(answer),
                 _ => None,

@@ -171,6 +171,7 @@ where
         let claim = opts
             .store
             .claim_with(
+                crate::format::Namespace::Requests,
                 tenant.as_bytes(),
                 key.as_bytes(),
                 &fp,

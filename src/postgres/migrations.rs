@@ -62,7 +62,272 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
                 text[], bigint, text);
         ",
     },
+    Migration {
+        version: 3,
+        name: "versioned entities, unique reservations and offset windows",
+        up: ENTITIES,
+        down: "
+            DROP FUNCTION idemdb_join_offsets(bytea, bytea, integer, text, text, integer);
+            DROP TABLE idemdb_offsets;
+            DROP FUNCTION idemdb_release_reservation(bytea, bytea, bytea, bigint);
+            DROP FUNCTION idemdb_reserve(bytea, bytea, bytea, smallint, bytea, bytea, bigint,
+                bigint);
+            DROP FUNCTION idemdb_bound_live(smallint, bytea, bytea, bigint, bigint);
+            DROP TABLE idemdb_unique;
+            DROP FUNCTION idemdb_put_entity(bytea, bytea, smallint, bigint, bytea, boolean);
+            DROP TABLE idemdb_entities;
+        ",
+    },
 ];
+
+/// Versioned entities. A row is an entity's newest version: `value` `NULL` is a tombstone, which
+/// keeps the version so that a re-created entity continues from it (a version is never reused).
+///
+/// `idemdb_put_entity` is a conditional write, decided under the row's lock in one call:
+/// `p_expect` 0 any, 1 absent (no row, or a tombstone), 2 exactly version `p_version` of a live
+/// entity; `p_delete` writes a tombstone instead of `p_value`. The row is read `FOR UPDATE`; a
+/// missing row is inserted (`ON CONFLICT DO NOTHING`; when a concurrent call inserted it first,
+/// the loop reads that row under its lock and decides again). `applied` true: `version` is the
+/// version written (`NULL`: a delete that found nothing live, which writes nothing). `applied`
+/// false: the condition did not hold, and `version`, `value` are the live entity as read under
+/// the lock (`NULL`: absent or deleted).
+///
+/// `idemdb_unique` holds unique reservations: `(index_name, value)` (the value's composite
+/// encoding) is reserved by a plain `owner`, or bound to a lease (`bound_*`: the request row's
+/// namespace, tenant, key and the lease's fence; `owner` empty). A row is live when it is plain,
+/// or when its lease is: the request row carries that fence, is pending, and neither its lease
+/// nor its retention ran out (`idemdb_bound_live`), so a reservation whose operation completed,
+/// failed, was released or taken over is free again without anyone deleting it (the next
+/// reservation overwrites it). `idemdb_reserve` decides under the reservation row's lock: a live
+/// reservation of another owner is `taken` (outcome 1, with its owner); otherwise the row is
+/// written (outcome 0). Bound to a lease, the lease's request row is first read `FOR SHARE`
+/// (a completion or takeover waits until the reservation commits) and must be held with that
+/// fence (outcome 2 otherwise, with the row's state, fence and whether it expired, all `NULL`
+/// when it is gone). Owners are compared as on the embedded store: plain by their bytes, bound by
+/// the lease's key whatever the fence. `idemdb_release_reservation` deletes a live plain
+/// reservation of `p_owner` (0 released, 1 another owner's, with it, 2 none live).
+///
+/// `idemdb_offsets` holds a partition's processed offsets as the embedded store's window: `next`
+/// (every offset below it is processed) and `above` (the processed offsets at or above it,
+/// ascending), `numeric` because offsets are unsigned 64-bit. `idemdb_join_offsets` joins a
+/// watermark (`p_next`) and an offset (`p_add`, or `NULL`) into the window under the row's lock
+/// and moves `next` past offsets that became contiguous; with `p_limit`, a mark that would leave
+/// more than that many offsets above `next` writes nothing and answers `applied` false. Offsets
+/// travel as text (the client has no `numeric` type).
+const ENTITIES: &str = "
+CREATE TABLE idemdb_entities (
+    tenant bytea NOT NULL,
+    id bytea NOT NULL,
+    version bigint NOT NULL,
+    value bytea,
+    PRIMARY KEY (tenant, id)
+);
+
+CREATE FUNCTION idemdb_put_entity(p_tenant bytea, p_id bytea, p_expect smallint,
+    p_version bigint, p_value bytea, p_delete boolean,
+    OUT applied boolean, OUT version bigint, OUT value bytea)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    cur_version bigint;
+    cur_value bytea;
+BEGIN
+    LOOP
+        SELECT e.version, e.value INTO cur_version, cur_value FROM idemdb_entities e
+        WHERE e.tenant = p_tenant AND e.id = p_id FOR UPDATE;
+        EXIT WHEN FOUND;
+        IF p_expect = 2 THEN
+            applied := false;
+            RETURN;
+        END IF;
+        IF p_delete THEN
+            applied := true;
+            RETURN;
+        END IF;
+        INSERT INTO idemdb_entities AS e (tenant, id, version, value)
+        VALUES (p_tenant, p_id, 1, p_value)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            applied := true;
+            version := 1;
+            RETURN;
+        END IF;
+    END LOOP;
+    IF (p_expect = 1 AND cur_value IS NOT NULL)
+       OR (p_expect = 2 AND (cur_value IS NULL OR cur_version <> p_version)) THEN
+        applied := false;
+        IF cur_value IS NOT NULL THEN
+            version := cur_version;
+            value := cur_value;
+        END IF;
+        RETURN;
+    END IF;
+    applied := true;
+    IF p_delete AND cur_value IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE idemdb_entities e
+    SET version = e.version + 1, value = CASE WHEN p_delete THEN NULL ELSE p_value END
+    WHERE e.tenant = p_tenant AND e.id = p_id
+    RETURNING e.version INTO version;
+END
+$fn$;
+
+CREATE TABLE idemdb_unique (
+    index_name bytea NOT NULL,
+    value bytea NOT NULL,
+    owner bytea NOT NULL,
+    bound_ns smallint,
+    bound_tenant bytea,
+    bound_key bytea,
+    bound_fence bigint,
+    PRIMARY KEY (index_name, value)
+);
+
+CREATE FUNCTION idemdb_bound_live(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+    p_now bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $fn$
+    SELECT p_fence IS NULL OR EXISTS (
+        SELECT 1 FROM idemdb_requests q
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.lease_until > p_now AND q.expires_at > p_now)
+$fn$;
+
+CREATE FUNCTION idemdb_reserve(p_index bytea, p_value bytea, p_owner bytea, p_ns smallint,
+    p_tenant bytea, p_key bytea, p_fence bigint, p_now bigint,
+    OUT outcome smallint, OUT owner bytea, OUT state smallint, OUT fence bigint,
+    OUT expired boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    q idemdb_requests%ROWTYPE;
+    u idemdb_unique%ROWTYPE;
+BEGIN
+    IF p_fence IS NOT NULL THEN
+        SELECT * INTO q FROM idemdb_requests r
+        WHERE r.ns = p_ns AND r.tenant = p_tenant AND r.key = p_key FOR SHARE;
+        IF NOT FOUND OR q.expires_at <= t OR q.state <> 0 OR q.fence <> p_fence THEN
+            outcome := 2;
+            IF FOUND THEN
+                state := q.state;
+                fence := q.fence;
+                expired := q.expires_at <= t;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    LOOP
+        SELECT * INTO u FROM idemdb_unique x
+        WHERE x.index_name = p_index AND x.value = p_value FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO idemdb_unique AS x (index_name, value, owner, bound_ns, bound_tenant,
+                bound_key, bound_fence)
+            VALUES (p_index, p_value, p_owner, p_ns, p_tenant, p_key, p_fence)
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                outcome := 0;
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
+        IF idemdb_bound_live(u.bound_ns, u.bound_tenant, u.bound_key, u.bound_fence, t)
+           AND NOT (CASE WHEN p_fence IS NULL
+                         THEN u.bound_fence IS NULL AND u.owner = p_owner
+                         ELSE u.bound_fence IS NOT NULL AND u.bound_ns = p_ns
+                              AND u.bound_tenant = p_tenant AND u.bound_key = p_key END) THEN
+            outcome := 1;
+            owner := u.owner;
+            RETURN;
+        END IF;
+        UPDATE idemdb_unique x SET owner = p_owner, bound_ns = p_ns, bound_tenant = p_tenant,
+            bound_key = p_key, bound_fence = p_fence
+        WHERE x.index_name = p_index AND x.value = p_value;
+        outcome := 0;
+        RETURN;
+    END LOOP;
+END
+$fn$;
+
+CREATE FUNCTION idemdb_release_reservation(p_index bytea, p_value bytea, p_owner bytea,
+    p_now bigint, OUT outcome smallint, OUT owner bytea)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    u idemdb_unique%ROWTYPE;
+BEGIN
+    SELECT * INTO u FROM idemdb_unique x
+    WHERE x.index_name = p_index AND x.value = p_value FOR UPDATE;
+    IF NOT FOUND
+       OR NOT idemdb_bound_live(u.bound_ns, u.bound_tenant, u.bound_key, u.bound_fence, t) THEN
+        outcome := 2;
+        RETURN;
+    END IF;
+    IF u.bound_fence IS NOT NULL OR u.owner <> p_owner THEN
+        outcome := 1;
+        owner := u.owner;
+        RETURN;
+    END IF;
+    DELETE FROM idemdb_unique x WHERE x.index_name = p_index AND x.value = p_value;
+    outcome := 0;
+END
+$fn$;
+
+CREATE TABLE idemdb_offsets (
+    group_name bytea NOT NULL,
+    topic bytea NOT NULL,
+    partition integer NOT NULL,
+    next numeric NOT NULL,
+    above numeric[] NOT NULL,
+    PRIMARY KEY (group_name, topic, partition)
+);
+
+CREATE FUNCTION idemdb_join_offsets(p_group bytea, p_topic bytea, p_partition integer,
+    p_next text, p_add text, p_limit integer, OUT applied boolean, OUT above_len integer)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    w idemdb_offsets%ROWTYPE;
+    nx numeric;
+    arr numeric[];
+    last constant numeric := 18446744073709551615;
+BEGIN
+    LOOP
+        SELECT * INTO w FROM idemdb_offsets o
+        WHERE o.group_name = p_group AND o.topic = p_topic AND o.partition = p_partition
+        FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO idemdb_offsets AS o (group_name, topic, partition, next, above)
+        VALUES (p_group, p_topic, p_partition, 0, '{}')
+        ON CONFLICT DO NOTHING;
+    END LOOP;
+    IF p_add IS NOT NULL AND p_next::numeric <= w.next
+       AND (p_add::numeric < w.next OR p_add::numeric = ANY (w.above)) THEN
+        applied := true;
+        above_len := cardinality(w.above);
+        RETURN;
+    END IF;
+    nx := GREATEST(w.next, p_next::numeric);
+    SELECT COALESCE(array_agg(DISTINCT x ORDER BY x), '{}') INTO arr
+    FROM unnest(w.above || CASE WHEN p_add IS NULL THEN '{}'::numeric[]
+                                ELSE ARRAY[p_add::numeric] END) AS x
+    WHERE x >= nx;
+    WHILE cardinality(arr) > 0 AND arr[1] = nx AND nx < last LOOP
+        nx := nx + 1;
+        arr := arr[2:];
+    END LOOP;
+    above_len := cardinality(arr);
+    IF p_limit IS NOT NULL AND above_len > p_limit THEN
+        applied := false;
+        RETURN;
+    END IF;
+    UPDATE idemdb_offsets o SET next = nx, above = arr
+    WHERE o.group_name = p_group AND o.topic = p_topic AND o.partition = p_partition;
+    applied := true;
+END
+$fn$;
+";
 
 /// The claim, as a function the claim statement calls (one round trip): the key's row is read
 /// first; a row that is live and not acquirable (another fingerprint, finished, or a live lease)

@@ -18,8 +18,11 @@
 //!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
 //!   `tokio_postgres` and `deadpool_postgres`.
 
+mod entities;
 pub(crate) mod migrations;
+mod offsets;
 mod statements;
+mod unique;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -200,6 +203,32 @@ fn checkpoint(phase: Option<String>, state: Option<Vec<u8>>) -> Option<Checkpoin
         phase,
         state: state.unwrap_or_default(),
     })
+}
+
+/// Why a lease with fence `ours` is no longer held, from its row as read (`state`, `fence`,
+/// `expired`; `NULL` when there is no row): `None` when the row says it still is (the caller
+/// asks again).
+fn lost_lease(
+    state: Option<i16>,
+    fence: Option<i64>,
+    expired: Option<bool>,
+    ours: i64,
+) -> Result<Option<LeaseLost>> {
+    Ok(Some(match (state, expired, fence) {
+        (None, _, _) | (_, Some(true), _) => LeaseLost::Gone,
+        (Some(COMPLETED | FAILED), _, _) => LeaseLost::Finished,
+        (Some(RELEASED), _, _) => LeaseLost::Released,
+        (Some(PENDING), _, Some(current)) if current != ours => LeaseLost::TakenOver {
+            current_fence: from_i64("fence", current)?,
+        },
+        (Some(PENDING), _, _) => return Ok(None),
+        (Some(other), _, _) => {
+            return Err(crate::error::corrupted(
+                "request row",
+                format!("unknown state {other}"),
+            ))
+        }
+    }))
 }
 
 /// What a holder's call (complete, fail, renew, checkpoint) asks the row to become.
@@ -577,25 +606,16 @@ impl PgStore {
             else {
                 return Ok(Err(LeaseLost::Gone));
             };
-            let state: i16 = row.get("state");
-            let expired: bool = row.get("expired");
-            let current: i64 = row.get("fence");
-            return Ok(Err(match (state, expired) {
-                (_, true) => LeaseLost::Gone,
-                (COMPLETED | FAILED, _) => LeaseLost::Finished,
-                (RELEASED, _) => LeaseLost::Released,
-                (PENDING, _) if current != fence => LeaseLost::TakenOver {
-                    current_fence: from_i64("fence", current)?,
-                },
+            match lost_lease(
+                row.get("state"),
+                row.get("fence"),
+                row.get("expired"),
+                fence,
+            )? {
+                Some(lost) => return Ok(Err(lost)),
                 // Ours when read, after the update found it otherwise: ask again.
-                (PENDING, _) => continue,
-                (other, _) => {
-                    return Err(crate::error::corrupted(
-                        "request row",
-                        format!("unknown state {other}"),
-                    ))
-                }
-            }));
+                None => continue,
+            }
         }
         Err(Error::Contention { attempts: RERUNS })
     }

@@ -192,3 +192,45 @@ pub(crate) const SWEEP: &str = concat!(
 DELETE FROM idemdb_requests r USING doomed d
 WHERE r.ns = d.ns AND r.tenant = d.tenant AND r.key = d.key"
 );
+
+/// $1 tenant, $2 id: an entity's newest row (a `NULL` value is a tombstone).
+pub(crate) const ENTITY_GET: &str =
+    "SELECT version, value FROM idemdb_entities WHERE tenant = $1 AND id = $2";
+
+/// As [`ENTITY_GET`], locking the row until the transaction ends (an update escalated to a
+/// transaction that holds the entity while the caller's function runs).
+pub(crate) const ENTITY_LOCK: &str =
+    "SELECT version, value FROM idemdb_entities WHERE tenant = $1 AND id = $2 FOR UPDATE";
+
+/// $1 tenant, $2 id, $3 condition (0 any, 1 absent, 2 version), $4 the version, $5 the value,
+/// $6 whether to delete: the conditional write of migration 3, decided under the row's lock.
+pub(crate) const ENTITY_PUT: &str = "SELECT applied, version, value FROM idemdb_put_entity(\
+    $1::bytea, $2::bytea, $3::smallint, $4::bigint, $5::bytea, $6::boolean)";
+
+/// $1 index, $2 value (composite encoding), $3 owner (empty when bound), $4..$7 the lease's
+/// namespace, tenant, key and fence (all `NULL` for a plain reservation), $8 test clock.
+pub(crate) const RESERVE: &str = "SELECT outcome, owner, state, fence, expired FROM \
+    idemdb_reserve($1::bytea, $2::bytea, $3::bytea, $4::smallint, $5::bytea, $6::bytea, \
+    $7::bigint, $8::bigint)";
+
+/// $1 index, $2 value, $3 owner, $4 test clock.
+pub(crate) const RELEASE_RESERVATION: &str = "SELECT outcome, owner FROM \
+    idemdb_release_reservation($1::bytea, $2::bytea, $3::bytea, $4::bigint)";
+
+/// $1 index, $2 value, $3 test clock: the owner of a live reservation.
+pub(crate) const RESERVATION_OWNER: &str = concat!(
+    "SELECT u.owner FROM idemdb_unique u
+WHERE u.index_name = $1 AND u.value = $2
+  AND idemdb_bound_live(u.bound_ns, u.bound_tenant, u.bound_key, u.bound_fence, ",
+    now_expr!("$3::bigint"),
+    ")"
+);
+
+/// $1 group, $2 topic, $3 partition, $4 watermark's `next` (text), $5 the offset to add (text,
+/// or `NULL`), $6 the window's limit (or `NULL`): the join of migration 3.
+pub(crate) const JOIN_OFFSETS: &str = "SELECT applied, above_len FROM idemdb_join_offsets(\
+    $1::bytea, $2::bytea, $3::integer, $4::text, $5::text, $6::integer)";
+
+/// $1 group, $2 topic, $3 partition: the window, its numbers as text.
+pub(crate) const OFFSET_WINDOW: &str = "SELECT next::text, above::text[] FROM idemdb_offsets \
+    WHERE group_name = $1 AND topic = $2 AND partition = $3";

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use idemdb::{Claim, ClaimOptions, Config, Error, FailKind, InvalidInput, RecordState, Response};
+use idemdb::{
+    Begin, Claim, ClaimOptions, Config, ConsumerOptions, Error, Expect, FailKind, InvalidInput,
+    RecordState, Response, UpdateOptions,
+};
 
 use crate::harness::Harness;
 
@@ -117,6 +120,91 @@ async fn check(h: &Harness) {
     let after = s.get("t", "k").await.unwrap().unwrap();
     assert_eq!(after, before, "refused calls changed nothing");
     assert!(matches!(after.state, RecordState::Pending { .. }));
+
+    // Entities, consumers, reservations and offsets: the same checks, the same errors.
+    let long = "x".repeat(33);
+    assert!(matches!(
+        invalid(s.put_entity("", "e", Expect::Any, "v").await),
+        InvalidInput::Empty { field: "tenant" }
+    ));
+    assert!(matches!(
+        invalid(s.put_entity("t", &long, Expect::Any, "v").await),
+        InvalidInput::TooLong { field: "key", .. }
+    ));
+    assert!(matches!(
+        invalid(s.put_entity("t", "e", Expect::Any, vec![0u8; 101]).await),
+        InvalidInput::TooLarge { what: "value", .. }
+    ));
+    assert!(matches!(
+        invalid(s.delete_entity("t", "", Expect::Any).await),
+        InvalidInput::Empty { field: "key" }
+    ));
+    assert!(matches!(
+        invalid(s.get_entity("t", &long).await),
+        InvalidInput::TooLong { field: "key", .. }
+    ));
+    assert!(matches!(
+        invalid(
+            s.update_entity("t", "e", UpdateOptions::default(), |_| Some(vec![0u8; 101]))
+                .await
+        ),
+        InvalidInput::TooLarge { what: "value", .. }
+    ));
+    assert_eq!(s.get_entity("t", "e").await.unwrap(), None);
+
+    assert!(matches!(
+        invalid(s.begin("", "m", ConsumerOptions::default()).await),
+        InvalidInput::Empty { field: "tenant" }
+    ));
+    assert!(matches!(
+        invalid(
+            s.begin(
+                "g",
+                "m",
+                ConsumerOptions::default().lease(Duration::from_secs(7200))
+            )
+            .await
+        ),
+        InvalidInput::Duration { what: "lease", .. }
+    ));
+    assert!(
+        matches!(
+            s.begin("g", "m", ConsumerOptions::default()).await.unwrap(),
+            Begin::Process(_)
+        ),
+        "no refused delivery wrote anything"
+    );
+
+    assert!(matches!(
+        invalid(s.reserve("", &[b"v"], "o").await),
+        InvalidInput::Empty { field: "tenant" }
+    ));
+    assert!(matches!(
+        invalid(s.reserve("i", &[long.as_bytes()], "o").await),
+        InvalidInput::TooLong { .. }
+    ));
+    assert!(matches!(
+        invalid(s.reserve("i", &[b"v"], "").await),
+        InvalidInput::Empty { .. }
+    ));
+    assert!(matches!(
+        invalid(s.release_reservation("i", &[long.as_bytes()], "o").await),
+        InvalidInput::TooLong { .. }
+    ));
+    assert_eq!(s.reservation_owner("i", &[b"v"]).await.unwrap(), None);
+
+    assert!(matches!(
+        invalid(s.mark_processed("", "topic", 0, 1).await),
+        InvalidInput::Empty { field: "tenant" }
+    ));
+    assert!(matches!(
+        invalid(s.commit_watermark("g", &long, 0, 1).await),
+        InvalidInput::TooLong { field: "key", .. }
+    ));
+    assert_eq!(
+        s.offset_window("g", "topic", 0).await.unwrap().watermark(),
+        None
+    );
 }
 
 fn settings(c: Config) -> Config {

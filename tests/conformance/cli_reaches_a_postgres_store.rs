@@ -29,7 +29,7 @@ async fn postgres() {
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && out.contains("not applied"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url]);
-    assert!(ok && out.contains("ran schema steps [1, 2]"), "{out}");
+    assert!(ok && out.contains("ran schema steps [1, 2, 3]"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && !out.contains("not applied"), "{out}");
 
@@ -61,7 +61,7 @@ async fn postgres() {
     drop(store);
 
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--to", "0"]);
-    assert!(ok && out.contains("ran schema steps [2, 1]"), "{out}");
+    assert!(ok && out.contains("ran schema steps [3, 2, 1]"), "{out}");
     let (ok, out) = idemdb(&["inspect", "--postgres", &url, "acme", "k1"]);
     assert!(
         !ok && out.contains("idemdb migrate --postgres URL"),

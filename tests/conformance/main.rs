@@ -1,4 +1,4 @@
-//! The conformance suite: the request-record behaviours, written once against the async API
+//! The conformance suite: the request-record, entity, consumer, reservation and offset behaviours, written once against the async API
 //! (`AsyncStore`) and run against both backends: the embedded store (a new directory per test)
 //! and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres`; `IDEMDB_TEST_POSTGRES`
 //! overrides the URL), each test in its own schema, so tests run in parallel without meeting.
@@ -15,7 +15,10 @@ mod http_common;
 mod bad_input_is_refused_and_changes_nothing;
 mod cli_reaches_a_postgres_store;
 mod concurrent_claims_have_exactly_one_winner;
+mod concurrent_entity_updates_lose_nothing;
+mod consumer_messages_are_processed_once_then_poisoned;
 mod database_faults_never_run_an_effect_twice;
+mod entities_compare_and_swap_and_never_reuse_versions;
 mod expired_lease_is_taken_over_and_stale_holder_refused;
 mod expired_rows_are_swept_in_the_background;
 mod fencing_tokens_increase_for_every_key;
@@ -23,6 +26,7 @@ mod first_claim_acquires_and_retries_replay;
 mod forgotten_record_is_gone_for_its_holder;
 mod http_answers_503_while_the_database_is_down;
 mod http_layer_runs_alike_on_both_backends;
+mod offset_windows_join_marks_in_any_order;
 mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
@@ -30,3 +34,4 @@ mod replays_are_served_from_the_local_tier;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;
 mod skewed_instance_clocks_change_nothing;
+mod unique_values_have_one_live_owner;

@@ -1,0 +1,180 @@
+//! Versioned entities through the async API. Invariant: each method means what the embedded
+//! store's method of the same name means ([`Store::put_entity`](crate::Store::put_entity) and the others), with the same
+//! argument checks, on either backend; on PostgreSQL each conditional write is one call the
+//! database decides, and [`AsyncStore::update_entity`] backs off on a timer, never by blocking a
+//! worker thread.
+
+#[cfg(feature = "postgres")]
+use std::time::Duration;
+
+use super::{blocking, AsyncStore, Backend};
+#[cfg(feature = "postgres")]
+use crate::error::Error;
+use crate::error::Result;
+use crate::versions::{Conflict, Expect, UpdateOptions, Version, Versioned};
+
+impl AsyncStore {
+    /// The current value and version of an entity, or `None` if absent or deleted, as
+    /// [`Store::get_entity`](crate::Store::get_entity).
+    pub async fn get_entity(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+    ) -> Result<Option<Versioned>> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => s.get_entity(tenant, id),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, id)?;
+                pg.get_entity(tenant, id).await
+            }
+        }
+    }
+
+    /// Writes `value` if `expect` holds, as [`Store::put_entity`](crate::Store::put_entity): the new version, or the
+    /// conflict with what is there now.
+    pub async fn put_entity(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        expect: Expect,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<std::result::Result<Version, Conflict>> {
+        let value = value.into();
+        let r = self
+            .write_entity(tenant.as_ref(), id.as_ref(), expect, Some(value))
+            .await?;
+        Ok(r.map(Option::unwrap_or_default))
+    }
+
+    /// Deletes the entity if `expect` holds, leaving a tombstone that keeps its version, as
+    /// [`Store::delete_entity`](crate::Store::delete_entity): the tombstone's version (`None` if nothing was live).
+    pub async fn delete_entity(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        expect: Expect,
+    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
+        self.write_entity(tenant.as_ref(), id.as_ref(), expect, None)
+            .await
+    }
+
+    /// Read, apply `f`, write if unchanged, retrying conflicts with exponential back-off and
+    /// full jitter, as [`Store::update_entity`](crate::Store::update_entity); fails with [`Error::Contention`](crate::Error::Contention) after
+    /// `opts.max_attempts` conflicts. After `opts.escalate_after` conflicts `f` runs once more
+    /// while the entity is held: on the embedded store under its lock stripe, on PostgreSQL in a
+    /// transaction that holds the entity's row lock (`SELECT ... FOR UPDATE`) until the write
+    /// commits. The back-off sleeps on the runtime's timer.
+    pub async fn update_entity<F>(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        opts: UpdateOptions,
+        f: F,
+    ) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
+    {
+        let (tenant, id) = (tenant.as_ref().to_vec(), id.as_ref().to_vec());
+        self.cfg.check_names(&tenant, &id)?;
+        match &self.backend {
+            Backend::Embedded(s) => {
+                blocking(s, move |s| s.update_entity(tenant, id, opts, f)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => self.update_on_postgres(pg, &tenant, &id, opts, f).await,
+        }
+    }
+
+    /// [`AsyncStore::update_entity`] on PostgreSQL: the embedded store's loop, with each write
+    /// one conditional call and the escalation a transaction holding the row.
+    #[cfg(feature = "postgres")]
+    async fn update_on_postgres<F>(
+        &self,
+        pg: &crate::postgres::PgStore,
+        tenant: &[u8],
+        id: &[u8],
+        opts: UpdateOptions,
+        mut f: F,
+    ) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
+    {
+        let mut current = pg.get_entity(tenant, id).await?;
+        let mut backoff = opts.base_backoff;
+        let mut rng = crate::keys::random_u128() as u64 | 1;
+        let max = self.cfg.max_response_bytes;
+        for attempt in 1..=opts.max_attempts.max(1) {
+            if opts.escalate_after.is_some_and(|n| attempt > n) {
+                match pg.update_locked(tenant, id, max, &mut f).await? {
+                    Some(done) => return Ok(done),
+                    // A first write of the entity won the insert: a conflict like any other.
+                    None => continue,
+                }
+            }
+            let expect = current
+                .as_ref()
+                .map_or(Expect::Absent, |c| Expect::Version(c.version));
+            let new = f(current.as_ref().map(|c| c.value.as_slice()));
+            if let Some(v) = &new {
+                self.cfg.check_size("value", v.len())?;
+            }
+            let outcome = pg
+                .put_entity(tenant, id, expect, new.as_deref())
+                .await?
+                .map(|ver| {
+                    new.zip(ver)
+                        .map(|(value, version)| Versioned { value, version })
+                });
+            match outcome {
+                Ok(v) => return Ok(v),
+                Err(conflict) if attempt < opts.max_attempts => {
+                    // As on the embedded store: retry at once with what the conflict carries,
+                    // then back off (full jitter) and read again.
+                    if attempt == 1 {
+                        current = conflict.current;
+                        continue;
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
+                    tokio::time::sleep(Duration::from_nanos(rng % nanos)).await;
+                    backoff = (backoff * 2).min(opts.max_backoff);
+                    current = pg.get_entity(tenant, id).await?;
+                }
+                Err(_) => break,
+            }
+        }
+        Err(Error::Contention {
+            attempts: opts.max_attempts.max(1),
+        })
+    }
+
+    /// The conditional write of both backends: `value` `None` writes a tombstone.
+    async fn write_entity(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        expect: Expect,
+        value: Option<Vec<u8>>,
+    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
+        self.cfg.check_names(tenant, id)?;
+        if let Some(v) = &value {
+            self.cfg.check_size("value", v.len())?;
+        }
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (t, i) = (tenant.to_vec(), id.to_vec());
+                blocking(s, move |s| match value {
+                    Some(v) => Ok(s.put_entity(t, i, expect, v)?.map(Some)),
+                    None => s.delete_entity(t, i, expect),
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.put_entity(tenant, id, expect, value.as_deref()).await,
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Offset watermarks through the async API. Invariant: each method means what the embedded
+//! store's method of the same name means ([`Store::mark_processed`](crate::Store::mark_processed)
+//! and the others), with the same argument checks and the same limit, on either backend.
+
+use super::{blocking, AsyncStore, Backend};
+use crate::error::Result;
+use crate::offsets::OffsetWindow;
+
+impl AsyncStore {
+    /// Marks `offset` of a partition processed, in any order, as
+    /// [`Store::mark_processed`](crate::Store::mark_processed): a mark that would keep more than
+    /// [`Config::max_offset_gaps`](crate::Config::max_offset_gaps) offsets above the watermark is
+    /// refused with [`InvalidInput::LimitReached`](crate::InvalidInput::LimitReached).
+    pub async fn mark_processed(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        offset: u64,
+    ) -> Result<()> {
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (g, t) = (group.to_vec(), topic.to_vec());
+                blocking(s, move |s| s.mark_processed(g, t, partition, offset)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(group, topic)?;
+                let limit = Some(self.cfg.max_offset_gaps);
+                pg.join_offsets(group, topic, partition, 0, Some(offset), limit)
+                    .await
+            }
+        }
+    }
+
+    /// Declares every offset at or below `watermark` processed (a monotone maximum), as
+    /// [`Store::commit_watermark`](crate::Store::commit_watermark).
+    pub async fn commit_watermark(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        watermark: u64,
+    ) -> Result<()> {
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (g, t) = (group.to_vec(), topic.to_vec());
+                blocking(s, move |s| s.commit_watermark(g, t, partition, watermark)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(group, topic)?;
+                // `next` cannot count past `u64::MAX`: that offset is kept in the set instead,
+                // as on the embedded store.
+                let (next, add) = match watermark.checked_add(1) {
+                    Some(next) => (next, None),
+                    None => (u64::MAX, Some(u64::MAX)),
+                };
+                pg.join_offsets(group, topic, partition, next, add, None)
+                    .await
+            }
+        }
+    }
+
+    /// The processed offsets of a partition, as
+    /// [`Store::offset_window`](crate::Store::offset_window).
+    pub async fn offset_window(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+    ) -> Result<OffsetWindow> {
+        let (group, topic) = (group.as_ref(), topic.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => s.offset_window(group, topic, partition),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(group, topic)?;
+                pg.offset_window(group, topic, partition).await
+            }
+        }
+    }
+
+    /// Whether `offset` of a partition is processed (exact), as
+    /// [`Store::is_processed`](crate::Store::is_processed).
+    pub async fn is_processed(
+        &self,
+        group: impl AsRef<[u8]>,
+        topic: impl AsRef<[u8]>,
+        partition: u32,
+        offset: u64,
+    ) -> Result<bool> {
+        Ok(self
+            .offset_window(group, topic, partition)
+            .await?
+            .contains(offset))
+    }
+}

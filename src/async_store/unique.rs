@@ -1,0 +1,119 @@
+//! Unique reservations through the async API. Invariant: each method means what the embedded
+//! store's method of the same name means ([`Store::reserve`](crate::Store::reserve) and the
+//! others), with the same argument checks, on either backend; on PostgreSQL each reservation or
+//! release is one call the database decides under the reservation's row lock.
+
+use super::{blocking, AsyncStore, Backend, LeaseResult};
+use crate::error::Result;
+use crate::record::Lease;
+use crate::unique::{Released, Reservation};
+
+/// The value's parts, owned (for the embedded store's blocking pool).
+fn owned(value: &[&[u8]]) -> Vec<Vec<u8>> {
+    value.iter().map(|p| p.to_vec()).collect()
+}
+
+fn parts(value: &[Vec<u8>]) -> Vec<&[u8]> {
+    value.iter().map(Vec::as_slice).collect()
+}
+
+impl AsyncStore {
+    /// The value's composite encoding, checked as the embedded store checks it (PostgreSQL).
+    #[cfg(feature = "postgres")]
+    fn unique_value(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
+        let encoded = crate::format::composite(value);
+        self.cfg.check_names(index, &encoded)?;
+        Ok(encoded)
+    }
+
+    /// Reserves `value` (one or more parts) in `index` for `owner`, as
+    /// [`Store::reserve`](crate::Store::reserve): `Reserved`, or `Taken` by another live owner.
+    pub async fn reserve(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Result<Reservation> {
+        let (index, owner) = (index.as_ref(), owner.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (i, v, o) = (index.to_vec(), owned(value), owner.to_vec());
+                blocking(s, move |s| s.reserve(i, &parts(&v), o)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let encoded = self.unique_value(index, value)?;
+                self.cfg.check_names(index, owner)?;
+                match pg.reserve(index, &encoded, owner, None).await? {
+                    Ok(r) => Ok(r),
+                    Err(lost) => Err(crate::error::Error::Engine(format!(
+                        "PostgreSQL: a plain reservation answered {lost:?}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Reserves `value` in `index` for the holder of `lease`, as
+    /// [`Store::reserve_for`](crate::Store::reserve_for): the reservation lives while the lease
+    /// is held and frees itself when the operation completes, fails, is released or taken over.
+    pub async fn reserve_for(
+        &self,
+        lease: &Lease,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+    ) -> Result<LeaseResult<Reservation>> {
+        let index = index.as_ref();
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (l, i, v) = (lease.clone(), index.to_vec(), owned(value));
+                blocking(s, move |s| s.reserve_for(&l, i, &parts(&v))).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let encoded = self.unique_value(index, value)?;
+                pg.reserve(index, &encoded, &[], Some(lease)).await
+            }
+        }
+    }
+
+    /// Releases `owner`'s reservation of `value` in `index`, as
+    /// [`Store::release_reservation`](crate::Store::release_reservation).
+    pub async fn release_reservation(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+        owner: impl AsRef<[u8]>,
+    ) -> Result<Released> {
+        let (index, owner) = (index.as_ref(), owner.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (i, v, o) = (index.to_vec(), owned(value), owner.to_vec());
+                blocking(s, move |s| s.release_reservation(i, &parts(&v), o)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let encoded = self.unique_value(index, value)?;
+                pg.release_reservation(index, &encoded, owner).await
+            }
+        }
+    }
+
+    /// The owner of `value` in `index` if it is reserved (empty when bound to a lease that is
+    /// still held), as [`Store::reservation_owner`](crate::Store::reservation_owner).
+    pub async fn reservation_owner(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+    ) -> Result<Option<Vec<u8>>> {
+        let index = index.as_ref();
+        match &self.backend {
+            Backend::Embedded(s) => s.reservation_owner(index, value),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let encoded = self.unique_value(index, value)?;
+                pg.reservation_owner(index, &encoded).await
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Versioned entities on PostgreSQL. Invariant: as on the embedded store, an entity's version
+//! goes up by exactly one with every write and is never reused (a delete keeps the version in a
+//! tombstone row), and each conditional write is decided by the database under the row's lock
+//! (`idemdb_put_entity`, migration 3), never by a read here followed by a write.
+
+use tokio_postgres::Row;
+
+use super::{classify, from_i64, pool_error, statements as sql, PgStore};
+use crate::error::{InvalidInput, Result};
+use crate::versions::{Conflict, Expect, Version, Versioned};
+
+/// The outcome of a conditional write: the version written (`None`: a delete that found nothing
+/// live), or the conflict with what is there now.
+pub(crate) type WriteOutcome = std::result::Result<Option<Version>, Conflict>;
+
+/// The live entity of a row (`None`: a tombstone, or no row).
+fn live(row: Option<&Row>) -> Result<Option<Versioned>> {
+    let Some(row) = row else { return Ok(None) };
+    let (version, value): (Option<i64>, Option<Vec<u8>>) = (row.get(0), row.get(1));
+    match (version, value) {
+        (Some(v), Some(value)) => Ok(Some(Versioned {
+            value,
+            version: from_i64("entity version", v)?,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// The condition as the function's parameters: its kind and its version (`-1`, which no row
+/// has, for a version past the database's `bigint`: such a version was never written).
+fn condition(expect: Expect) -> (i16, i64) {
+    match expect {
+        Expect::Any => (0, 0),
+        Expect::Absent => (1, 0),
+        Expect::Version(v) => (2, i64::try_from(v).unwrap_or(-1)),
+    }
+}
+
+/// Reads the function's answer.
+fn outcome(row: &Row) -> Result<WriteOutcome> {
+    let applied: bool = row.get(0);
+    if applied {
+        let version: Option<i64> = row.get(1);
+        return Ok(Ok(version
+            .map(|v| from_i64("entity version", v))
+            .transpose()?));
+    }
+    let current = match (
+        row.get::<_, Option<i64>>(1),
+        row.get::<_, Option<Vec<u8>>>(2),
+    ) {
+        (Some(v), Some(value)) => Some(Versioned {
+            value,
+            version: from_i64("entity version", v)?,
+        }),
+        _ => None,
+    };
+    Ok(Err(Conflict { current }))
+}
+
+impl PgStore {
+    /// The live entity, or `None` if absent or deleted.
+    pub(crate) async fn get_entity(&self, tenant: &[u8], id: &[u8]) -> Result<Option<Versioned>> {
+        let row = self.query(sql::ENTITY_GET, &[&tenant, &id]).await?;
+        live(row.as_ref())
+    }
+
+    /// Writes `value` (a tombstone for `None`) if `expect` holds, in one call the database
+    /// decides under the row's lock.
+    pub(crate) async fn put_entity(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        expect: Expect,
+        value: Option<&[u8]>,
+    ) -> Result<WriteOutcome> {
+        let (kind, version) = condition(expect);
+        let delete = value.is_none();
+        let row = self
+            .query(
+                sql::ENTITY_PUT,
+                &[&tenant, &id, &kind, &version, &value, &delete],
+            )
+            .await?;
+        match row {
+            Some(row) => outcome(&row),
+            None => Err(crate::error::Error::Engine(
+                "PostgreSQL: idemdb_put_entity returned no row".into(),
+            )),
+        }
+    }
+
+    /// Reads the entity under its row lock, applies `f` and writes the result (refused over
+    /// `max_value` bytes), in one transaction: no other writer can change the entity in between. `None` when a concurrent
+    /// first write of the entity won the insert (there was no row to lock): the caller tries again.
+    pub(crate) async fn update_locked<F>(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        max_value: usize,
+        f: &mut F,
+    ) -> Result<Option<Option<Versioned>>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
+    {
+        self.timed(async {
+            let mut c = self.pool.get().await.map_err(pool_error)?;
+            let tx = c.transaction().await.map_err(classify)?;
+            let lock = tx
+                .prepare_cached(sql::ENTITY_LOCK)
+                .await
+                .map_err(classify)?;
+            let cur = live(
+                tx.query_opt(&lock, &[&tenant, &id])
+                    .await
+                    .map_err(classify)?
+                    .as_ref(),
+            )?;
+            let new = f(cur.as_ref().map(|c| c.value.as_slice()));
+            if let Some(v) = new.as_ref().filter(|v| v.len() > max_value) {
+                return Err(InvalidInput::TooLarge {
+                    what: "value",
+                    len: v.len(),
+                    max: max_value,
+                }
+                .into());
+            }
+            let expect = cur
+                .as_ref()
+                .map_or(Expect::Absent, |c| Expect::Version(c.version));
+            let (kind, version) = condition(expect);
+            let delete = new.is_none();
+            let put = tx.prepare_cached(sql::ENTITY_PUT).await.map_err(classify)?;
+            let row = tx
+                .query_one(&put, &[&tenant, &id, &kind, &version, &new, &delete])
+                .await
+                .map_err(classify)?;
+            let written = match outcome(&row)? {
+                Ok(v) => v,
+                Err(_) => return Ok(None), // rolled back on drop
+            };
+            tx.commit().await.map_err(classify)?;
+            Ok(Some(
+                new.zip(written)
+                    .map(|(value, version)| Versioned { value, version }),
+            ))
+        })
+        .await
+    }
+}

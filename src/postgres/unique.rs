@@ -1,0 +1,100 @@
+//! Unique reservations on PostgreSQL. Invariant: as on the embedded store, a value is held by at
+//! most one live owner (a plain owner, or a lease while it is held), and each reservation or
+//! release is decided by the database under the reservation row's lock (`idemdb_reserve`,
+//! `idemdb_release_reservation`, migration 3); a reservation bound to a lease frees itself when
+//! the lease ends, with no write.
+
+use super::{lost_lease, ns_code, statements as sql, to_i64, PgStore};
+use crate::error::{Error, Result};
+use crate::record::{Lease, LeaseLost};
+use crate::unique::{Released, Reservation};
+
+impl PgStore {
+    /// Reserves `value` (its composite encoding) in `index` for `owner`, or for the holder of
+    /// `lease` (then `owner` is empty).
+    pub(crate) async fn reserve(
+        &self,
+        index: &[u8],
+        value: &[u8],
+        owner: &[u8],
+        lease: Option<&Lease>,
+    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+        if lease.is_some_and(|l| l.store_id != self.store_id) {
+            return Err(Error::ForeignLease);
+        }
+        let ns = lease.map(|l| ns_code(l.ns));
+        let fence = lease.map(|l| to_i64("fence", l.fence)).transpose()?;
+        let (tenant, key) = (
+            lease.map(|l| l.tenant.as_slice()),
+            lease.map(|l| l.key.as_slice()),
+        );
+        let now = self.now_param();
+        let row = self
+            .query(
+                sql::RESERVE,
+                &[&index, &value, &owner, &ns, &tenant, &key, &fence, &now],
+            )
+            .await?
+            .ok_or_else(|| Error::Engine("PostgreSQL: idemdb_reserve returned no row".into()))?;
+        match row.get::<_, i16>("outcome") {
+            0 => Ok(Ok(Reservation::Reserved)),
+            1 => Ok(Ok(Reservation::Taken {
+                owner: row.get::<_, Option<Vec<u8>>>("owner").unwrap_or_default(),
+            })),
+            2 => {
+                let ours = fence.unwrap_or_default();
+                let state: Option<i16> = row.get("state");
+                let current: Option<i64> = row.get("fence");
+                let expired: Option<bool> = row.get("expired");
+                // Decided under the row's lock: a pending row with our fence is not "lost".
+                Ok(Err(lost_lease(state, current, expired, ours)?.ok_or_else(
+                    || crate::error::corrupted("idemdb_reserve", "lease refused while held"),
+                )?))
+            }
+            other => Err(crate::error::corrupted(
+                "idemdb_reserve",
+                format!("unknown outcome {other}"),
+            )),
+        }
+    }
+
+    /// Releases `owner`'s live plain reservation of `value` in `index`.
+    pub(crate) async fn release_reservation(
+        &self,
+        index: &[u8],
+        value: &[u8],
+        owner: &[u8],
+    ) -> Result<Released> {
+        let now = self.now_param();
+        let row = self
+            .query(sql::RELEASE_RESERVATION, &[&index, &value, &owner, &now])
+            .await?
+            .ok_or_else(|| {
+                Error::Engine("PostgreSQL: idemdb_release_reservation returned no row".into())
+            })?;
+        match row.get::<_, i16>("outcome") {
+            0 => Ok(Released::Released),
+            1 => Ok(Released::NotOwner {
+                owner: row.get::<_, Option<Vec<u8>>>("owner").unwrap_or_default(),
+            }),
+            2 => Ok(Released::Absent),
+            other => Err(crate::error::corrupted(
+                "idemdb_release_reservation",
+                format!("unknown outcome {other}"),
+            )),
+        }
+    }
+
+    /// The owner of a live reservation (empty when it is bound to a lease).
+    pub(crate) async fn reservation_owner(
+        &self,
+        index: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let now = self.now_param();
+        let row = self
+            .query(sql::RESERVATION_OWNER, &[&index, &value, &now])
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
