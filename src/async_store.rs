@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+mod commit;
 mod consumers;
+pub use commit::AsyncCommit;
 mod entities;
 mod offsets;
 mod unique;

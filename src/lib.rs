@@ -72,10 +72,10 @@ mod unique;
 mod versions;
 mod vv;
 
-#[cfg(feature = "async")]
-pub use async_store::AsyncStore;
 #[cfg(feature = "postgres")]
 pub use async_store::SchemaStep;
+#[cfg(feature = "async")]
+pub use async_store::{AsyncCommit, AsyncStore};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use commit::{Commit, CommitConflict, Committed};
 pub use config::{Config, Durability};
@@ -84,6 +84,8 @@ pub use error::{Error, InvalidInput, Result};
 pub use keys::{derive_key, fingerprint, mint_key};
 pub use metrics::{Counters, Stats};
 pub use offsets::OffsetWindow;
+#[cfg(feature = "postgres")]
+pub use postgres::{SqlTransaction, SqlValue};
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     ReplayView, Response,

@@ -28,7 +28,7 @@ fn live(row: Option<&Row>) -> Result<Option<Versioned>> {
 
 /// The condition as the function's parameters: its kind and its version (`-1`, which no row
 /// has, for a version past the database's `bigint`: such a version was never written).
-fn condition(expect: Expect) -> (i16, i64) {
+pub(super) fn condition(expect: Expect) -> (i16, i64) {
     match expect {
         Expect::Any => (0, 0),
         Expect::Absent => (1, 0),
@@ -37,7 +37,7 @@ fn condition(expect: Expect) -> (i16, i64) {
 }
 
 /// Reads the function's answer.
-fn outcome(row: &Row) -> Result<WriteOutcome> {
+pub(super) fn outcome(row: &Row) -> Result<WriteOutcome> {
     let applied: bool = row.get(0);
     if applied {
         let version: Option<i64> = row.get(1);

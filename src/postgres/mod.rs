@@ -18,11 +18,16 @@
 //!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
 //!   `tokio_postgres` and `deadpool_postgres`.
 
+mod commit;
 mod entities;
 pub(crate) mod migrations;
 mod offsets;
 mod statements;
+mod transaction;
 mod unique;
+
+pub(crate) use commit::PgOp;
+pub use transaction::{SqlTransaction, SqlValue};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,8 +99,27 @@ fn ns_code(ns: Namespace) -> i16 {
     }
 }
 
+/// A database error as people read it: the server's message and SQLSTATE (the driver's own
+/// `Display` says only "db error"), or the connection's failure with its cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut m = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(d) = db.detail() {
+                m.push_str(&format!("; {d}"));
+            }
+            m
+        }
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
+}
+
 /// Classifies a database error once, at the boundary.
 fn classify(e: tokio_postgres::Error) -> Error {
+    let e_text = describe(&e);
     match e.code() {
         Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_OBJECT => {
             Error::SchemaMismatch {
@@ -104,14 +128,14 @@ fn classify(e: tokio_postgres::Error) -> Error {
             }
         }
         Some(c) if *c == SqlState::QUERY_CANCELED => Error::Unavailable {
-            message: format!("PostgreSQL cancelled the statement (statement timeout): {e}"),
+            message: format!("PostgreSQL cancelled the statement (statement timeout): {e_text}"),
         },
         Some(c)
             if *c == SqlState::T_R_SERIALIZATION_FAILURE
                 || *c == SqlState::T_R_DEADLOCK_DETECTED
                 || *c == SqlState::LOCK_NOT_AVAILABLE =>
         {
-            Error::Busy(format!("PostgreSQL: {e}"))
+            Error::Busy(format!("PostgreSQL: {e_text}"))
         }
         Some(c)
             if c.code().starts_with("08")
@@ -119,13 +143,13 @@ fn classify(e: tokio_postgres::Error) -> Error {
                 || c.code().starts_with("53") =>
         {
             Error::Unavailable {
-                message: format!("PostgreSQL: {e}"),
+                message: format!("PostgreSQL: {e_text}"),
             }
         }
-        Some(_) => Error::Engine(format!("PostgreSQL: {e}")),
+        Some(_) => Error::Engine(format!("PostgreSQL: {e_text}")),
         // No SQLSTATE: the connection failed or closed (I/O, TLS, protocol).
         None => Error::Unavailable {
-            message: format!("PostgreSQL connection: {e}"),
+            message: format!("PostgreSQL connection: {e_text}"),
         },
     }
 }

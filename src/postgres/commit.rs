@@ -1,0 +1,260 @@
+//! idemdb's part of a commit on PostgreSQL, run inside a transaction (the application's, or one
+//! of its own). Invariant: the operations run in one fixed order of tables and keys (entities,
+//! then reservations, then request rows; by key within each), so two commits never wait on each
+//! other in a cycle; each is decided by the database under its row's lock; every operation is
+//! evaluated and the conflict reported is the one of the first operation in the order the caller
+//! added them (as on the embedded store); the caller rolls back on any conflict.
+
+use tokio_postgres::types::ToSql;
+
+use super::entities::{condition, WriteOutcome};
+use super::{classify, from_i64, lost_lease, ns_code, statements as sql, to_i64, PgStore};
+use super::{encode_meta, HolderChange};
+use crate::commit::CommitConflict;
+use crate::error::{corrupted, Error, Result};
+use crate::record::Lease;
+use crate::versions::{Expect, StoredEntity, Version};
+
+/// One operation of a commit, as PostgreSQL runs it.
+pub(crate) enum PgOp {
+    /// An entity's condition and write (`None`: a check only; `Some(None)`: a delete).
+    Entity {
+        tenant: Vec<u8>,
+        id: Vec<u8>,
+        expect: Expect,
+        write: Option<Option<Vec<u8>>>,
+    },
+    /// A plain reservation (`value` is the composite encoding).
+    Reserve {
+        index: Vec<u8>,
+        value: Vec<u8>,
+        owner: Vec<u8>,
+    },
+    /// The end of a lease: completion, terminal failure or release.
+    Lease { lease: Lease, change: HolderChange },
+}
+
+impl PgOp {
+    /// Where the operation runs in the fixed lock order.
+    fn order_key(&self) -> (u8, &[u8], &[u8], i16) {
+        match self {
+            PgOp::Entity { tenant, id, .. } => (0, tenant, id, 0),
+            PgOp::Reserve { index, value, .. } => (1, index, value, 0),
+            PgOp::Lease { lease, .. } => (2, &lease.tenant, &lease.key, ns_code(lease.ns)),
+        }
+    }
+}
+
+/// Runs one prepared statement on `c`; its row, if any.
+async fn one(
+    c: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<tokio_postgres::Row>> {
+    let st = c.prepare_cached(sql).await.map_err(classify)?;
+    c.query_opt(&st, params).await.map_err(classify)
+}
+
+impl PgStore {
+    /// Runs `ops` on `c` (inside a transaction the caller ends): the version after each
+    /// operation, or the first conflict in the order given.
+    pub(crate) async fn apply_ops(
+        &self,
+        c: &deadpool_postgres::Object,
+        ops: Vec<PgOp>,
+    ) -> Result<std::result::Result<Vec<Option<Version>>, CommitConflict>> {
+        let n = ops.len();
+        let mut ordered: Vec<(usize, PgOp)> = ops.into_iter().enumerate().collect();
+        ordered.sort_by(|(_, a), (_, b)| a.order_key().cmp(&b.order_key()));
+        if ordered
+            .iter()
+            .zip(ordered.iter().skip(1))
+            .any(|((_, a), (_, b))| a.order_key() == b.order_key())
+        {
+            return Err(crate::error::InvalidInput::Config(
+                "a commit names the same entity or lease twice".into(),
+            )
+            .into());
+        }
+        let mut versions = vec![None; n];
+        let mut first_conflict: Option<CommitConflict> = None;
+        let conflict_op = |c: &CommitConflict| match c {
+            CommitConflict::Condition { op, .. }
+            | CommitConflict::Taken { op, .. }
+            | CommitConflict::Lease { op, .. } => *op,
+        };
+        for (i, op) in ordered {
+            match self.run_op(c, i, op).await? {
+                Ok(v) => {
+                    if let Some(slot) = versions.get_mut(i) {
+                        *slot = v;
+                    }
+                }
+                Err(conflict) => {
+                    if first_conflict
+                        .as_ref()
+                        .is_none_or(|f| conflict_op(&conflict) < conflict_op(f))
+                    {
+                        first_conflict = Some(conflict);
+                    }
+                }
+            }
+        }
+        Ok(match first_conflict {
+            Some(c) => Err(c),
+            None => Ok(versions),
+        })
+    }
+
+    async fn run_op(
+        &self,
+        c: &deadpool_postgres::Object,
+        i: usize,
+        op: PgOp,
+    ) -> Result<std::result::Result<Option<Version>, CommitConflict>> {
+        let now = self.now_param();
+        match op {
+            PgOp::Entity {
+                tenant,
+                id,
+                expect,
+                write: Some(value),
+            } => {
+                let (kind, version) = condition(expect);
+                let delete = value.is_none();
+                let row = self
+                    .timed(one(
+                        c,
+                        sql::ENTITY_PUT,
+                        &[&tenant, &id, &kind, &version, &value, &delete],
+                    ))
+                    .await?
+                    .ok_or_else(|| corrupted("idemdb_put_entity", "no row"))?;
+                let out: WriteOutcome = super::entities::outcome(&row)?;
+                Ok(match out {
+                    Ok(v) => Ok(if delete { None } else { v }),
+                    Err(conflict) => Err(CommitConflict::Condition {
+                        op: i,
+                        current: conflict.current,
+                    }),
+                })
+            }
+            PgOp::Entity {
+                tenant,
+                id,
+                expect,
+                write: None,
+            } => {
+                // A check: hold the row (a version-0 tombstone stands in for an absent entity,
+                // so that a concurrent first write waits too) and compare.
+                self.timed(one(c, sql::ENTITY_PLACEHOLDER, &[&tenant, &id]))
+                    .await?;
+                let row = self
+                    .timed(one(c, sql::ENTITY_SHARE, &[&tenant, &id]))
+                    .await?
+                    .ok_or_else(|| corrupted("idemdb_entities", "the held row is gone"))?;
+                let version: i64 = row.get(0);
+                let cur = StoredEntity {
+                    version: from_i64("entity version", version)?,
+                    value: row.get(1),
+                };
+                let live = cur.value.is_some().then_some(cur.version);
+                Ok(if expect.holds(Some(&cur)) {
+                    Ok(live)
+                } else {
+                    Err(CommitConflict::Condition {
+                        op: i,
+                        current: cur.live(),
+                    })
+                })
+            }
+            PgOp::Reserve {
+                index,
+                value,
+                owner,
+            } => {
+                let none_ns: Option<i16> = None;
+                let none_bytes: Option<Vec<u8>> = None;
+                let none_fence: Option<i64> = None;
+                let row = self
+                    .timed(one(
+                        c,
+                        sql::RESERVE,
+                        &[
+                            &index,
+                            &value,
+                            &owner,
+                            &none_ns,
+                            &none_bytes,
+                            &none_bytes,
+                            &none_fence,
+                            &now,
+                        ],
+                    ))
+                    .await?
+                    .ok_or_else(|| corrupted("idemdb_reserve", "no row"))?;
+                Ok(match row.get::<_, i16>("outcome") {
+                    0 => Ok(None),
+                    1 => Err(CommitConflict::Taken {
+                        op: i,
+                        owner: row.get::<_, Option<Vec<u8>>>("owner").unwrap_or_default(),
+                    }),
+                    other => {
+                        return Err(corrupted(
+                            "idemdb_reserve",
+                            format!("outcome {other} for a plain reservation"),
+                        ))
+                    }
+                })
+            }
+            PgOp::Lease { lease, change } => {
+                if lease.store_id != self.store_id {
+                    return Err(Error::ForeignLease);
+                }
+                let ns = ns_code(lease.ns);
+                let fence = to_i64("fence", lease.fence)?;
+                let (statement, body, meta) = match change {
+                    HolderChange::Complete(r) => {
+                        (sql::COMPLETE, Some(r.body), Some(encode_meta(&r.meta)))
+                    }
+                    HolderChange::FailTerminal(r) => {
+                        (sql::FAIL, Some(r.body), Some(encode_meta(&r.meta)))
+                    }
+                    HolderChange::Release => (sql::RELEASE, None, None),
+                    _ => return Err(Error::Engine("a commit only ends leases".into())),
+                };
+                let mut params: Vec<&(dyn ToSql + Sync)> =
+                    vec![&ns, &lease.tenant, &lease.key, &fence, &now];
+                if let (Some(b), Some(m)) = (&body, &meta) {
+                    params.push(b);
+                    params.push(m);
+                }
+                if self.timed(one(c, statement, &params)).await?.is_some() {
+                    return Ok(Ok(None));
+                }
+                let row = self
+                    .timed(one(
+                        c,
+                        sql::HOLDER_WHY,
+                        &[&ns, &lease.tenant, &lease.key, &now],
+                    ))
+                    .await?;
+                let lost = match row {
+                    None => crate::record::LeaseLost::Gone,
+                    Some(row) => {
+                        lost_lease(
+                            row.get("state"),
+                            row.get("fence"),
+                            row.get("expired"),
+                            fence,
+                        )?
+                        // Inside this transaction the update saw the newest row: a row that
+                        // still reads as ours cannot be; call it what the update found.
+                        .unwrap_or(crate::record::LeaseLost::Gone)
+                    }
+                };
+                Ok(Err(CommitConflict::Lease { op: i, lost }))
+            }
+        }
+    }
+}
