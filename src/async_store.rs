@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+mod causal;
 mod commit;
 mod consumers;
 pub use commit::AsyncCommit;

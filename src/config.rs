@@ -389,6 +389,21 @@ impl Config {
         Ok(())
     }
 
+    /// Refuses a value of `len` encoded bytes that would pass the store's value limit
+    /// (`max_response_bytes`) with [`InvalidInput::LimitReached`].
+    pub(crate) fn check_bounded(
+        &self,
+        what: &'static str,
+        len: usize,
+        hint: &'static str,
+    ) -> Result<()> {
+        let limit = self.max_response_bytes;
+        if len > limit {
+            return Err(InvalidInput::LimitReached { what, limit, hint }.into());
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(InvalidInput::Config(m).into());
         #[cfg(feature = "postgres")]

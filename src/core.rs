@@ -7,7 +7,8 @@
 //! - a fencing token is handed out only after a high-water mark at or above it was written
 //!   ([`Core::next_fence`]);
 //! - the store's time never goes backwards, across restarts too ([`Core::now`]);
-//! - arguments are checked ([`Core::check_names`], [`Core::check_size`], [`Core::check_bounded`],
+//! - arguments are checked ([`Core::check_names`], [`Core::check_size`],
+//!   [`Config::check_bounded`](crate::config::Config::check_bounded),
 //!   [`Core::check_lease_store`]) before anything is read or written;
 //! - an expired record is treated as absent by every read;
 //! - a key's in-memory record, while its stripe holds one, is that key's record above whatever is
@@ -25,7 +26,7 @@ use crate::clock::Millis;
 use crate::codec;
 use crate::config::Config;
 use crate::engine::{Cf, Engine, EngineOptions, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME};
-use crate::error::{corrupted, Error, InvalidInput, Result};
+use crate::error::{corrupted, Error, Result};
 use crate::format;
 use crate::metrics::Metrics;
 use crate::record::{Lease, LeaseLost, Record, State};
@@ -296,21 +297,6 @@ impl Core {
 
     pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
         self.cfg.check_size(what, len)
-    }
-
-    /// Refuses a value of `len` encoded bytes that would pass the store's value limit
-    /// (`max_response_bytes`) with [`InvalidInput::LimitReached`].
-    pub(crate) fn check_bounded(
-        &self,
-        what: &'static str,
-        len: usize,
-        hint: &'static str,
-    ) -> Result<()> {
-        let limit = self.cfg.max_response_bytes;
-        if len > limit {
-            return Err(InvalidInput::LimitReached { what, limit, hint }.into());
-        }
-        Ok(())
     }
 
     pub(crate) fn notify_finished(&self) {

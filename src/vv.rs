@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Config;
 use crate::engine::Cf;
 use crate::error::Result;
 use crate::format::{self, entity_key, Kind};
@@ -137,6 +138,82 @@ pub struct Siblings {
     pub context: VersionVector,
 }
 
+/// Checks a causal write's arguments (both backends).
+pub(crate) fn check_causal_put(
+    cfg: &Config,
+    tenant: &[u8],
+    id: &[u8],
+    actor: &str,
+    value: &[u8],
+) -> Result<()> {
+    cfg.check_names(tenant, id)?;
+    cfg.check_names(tenant, actor.as_bytes())?;
+    cfg.check_size("value", value.len())
+}
+
+/// The state after `actor` writes `value` having read `context`: the siblings the context has
+/// seen are replaced, concurrent ones kept (both backends compute it with this function).
+pub(crate) fn put_sibling(
+    mut state: Siblings,
+    actor: &str,
+    context: &VersionVector,
+    value: Vec<u8>,
+) -> Siblings {
+    state.values.retain(|s| s.counter > context.get(&s.actor));
+    state.context.merge(context);
+    let counter = state.context.increment(actor);
+    state.values.push(Sibling {
+        actor: actor.to_owned(),
+        counter,
+        value,
+    });
+    state
+}
+
+/// What a causal delete with `context` leaves.
+pub(crate) fn delete_seen(mut state: Siblings, context: &VersionVector) -> Siblings {
+    state.values.retain(|s| s.counter > context.get(&s.actor));
+    state
+}
+
+/// A causal entity as stored, refused when it would pass the store's value limit.
+pub(crate) fn seal_causal(cfg: &Config, state: &Siblings) -> Result<Vec<u8>> {
+    let encoded = format::seal_bincode("causal entity", state)?;
+    cfg.check_bounded(
+        "causal entity with its siblings",
+        encoded.len(),
+        "read it and write with the merged context (it replaces the siblings), or delete it",
+    )?;
+    Ok(encoded)
+}
+
+/// A stored causal entity (`None`: never written).
+#[cfg(feature = "postgres")]
+pub(crate) fn decode_causal(bytes: Option<&[u8]>) -> Result<Siblings> {
+    bytes.map_or_else(
+        || Ok(Siblings::default()),
+        |b| format::unseal_bincode("causal entity", b),
+    )
+}
+
+/// A stored replica vector (`None`: never merged).
+#[cfg(feature = "postgres")]
+pub(crate) fn decode_vv(bytes: Option<&[u8]>) -> Result<VersionVector> {
+    bytes.map_or_else(
+        || Ok(VersionVector::default()),
+        |b| format::unseal_bincode("version vector", b),
+    )
+}
+
+/// Refuses a merged replica vector that would pass the store's value limit.
+pub(crate) fn check_vv_bound(cfg: &Config, merged: &VersionVector) -> Result<()> {
+    cfg.check_bounded(
+        "replica version vector",
+        format::to_bincode("version vector", merged)?.len(),
+        "use fewer actors (replicas) per vector",
+    )
+}
+
 pub(crate) fn encode_vv(vv: &VersionVector) -> Result<Vec<u8>> {
     format::seal_bincode("version vector", vv)
 }
@@ -171,26 +248,11 @@ impl Store {
         value: impl Into<Vec<u8>>,
     ) -> Result<Siblings> {
         let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
-        self.core.check_names(tenant, id)?;
-        self.core.check_names(tenant, actor.as_bytes())?;
-        self.core.check_size("value", value.len())?;
+        check_causal_put(self.config(), tenant, id, actor, &value)?;
         let key = entity_key(Kind::Causal, tenant, id);
         let _g = self.core.lock(&key);
-        let mut state = self.load_causal(&key)?;
-        state.values.retain(|s| s.counter > context.get(&s.actor));
-        state.context.merge(context);
-        let counter = state.context.increment(actor);
-        state.values.push(Sibling {
-            actor: actor.to_owned(),
-            counter,
-            value,
-        });
-        let encoded = format::seal_bincode("causal entity", &state)?;
-        self.core.check_bounded(
-            "causal entity with its siblings",
-            encoded.len(),
-            "read it and write with the merged context (it replaces the siblings), or delete it",
-        )?;
+        let state = put_sibling(self.load_causal(&key)?, actor, context, value);
+        let encoded = seal_causal(self.config(), &state)?;
         let mut b = self.core.engine().batch();
         b.put(Cf::Versions, &key, &encoded);
         self.core.engine().write(b)?;
@@ -216,10 +278,7 @@ impl Store {
         let left = match self.load_causal(&key) {
             Err(crate::Error::Corrupted { .. }) => Siblings::default(),
             Err(e) => return Err(e),
-            Ok(mut state) => {
-                state.values.retain(|s| s.counter > context.get(&s.actor));
-                state
-            }
+            Ok(state) => delete_seen(state, context),
         };
         if left.values.is_empty() {
             b.delete(Cf::Versions, &key);
@@ -254,11 +313,7 @@ impl Store {
             .core
             .load_sealed::<VersionVector>("version vector", &key)?
             .merged(vv);
-        self.core.check_bounded(
-            "replica version vector",
-            format::to_bincode("version vector", &merged)?.len(),
-            "use fewer actors (replicas) per vector",
-        )?;
+        check_vv_bound(self.config(), &merged)?;
         let mut b = self.core.engine().batch();
         b.merge(Cf::Versions, &key, &operand);
         self.core.engine().write(b)

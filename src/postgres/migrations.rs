@@ -64,9 +64,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        name: "versioned entities, unique reservations and offset windows",
+        name: "versioned entities, unique reservations, offset windows, causal entities",
         up: ENTITIES,
         down: "
+            DROP TABLE idemdb_causal;
             DROP FUNCTION idemdb_join_offsets(bytea, bytea, integer, text, text, integer);
             DROP TABLE idemdb_offsets;
             DROP FUNCTION idemdb_release_reservation(bytea, bytea, bytea, bigint);
@@ -114,6 +115,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 /// and moves `next` past offsets that became contiguous; with `p_limit`, a mark that would leave
 /// more than that many offsets above `next` writes nothing and answers `applied` false. Offsets
 /// travel as text (the client has no `numeric` type).
+///
+/// `idemdb_causal` holds causal entities (`kind` 0) and replica version vectors (`kind` 1) in
+/// the embedded store's sealed encoding; a change is computed by the library from the row read
+/// `FOR UPDATE` in one transaction (an empty row, `value` `NULL`, is inserted first when there
+/// is none, so there is always a row to lock).
 const ENTITIES: &str = "
 CREATE TABLE idemdb_entities (
     tenant bytea NOT NULL,
@@ -273,6 +279,14 @@ BEGIN
     outcome := 0;
 END
 $fn$;
+
+CREATE TABLE idemdb_causal (
+    kind smallint NOT NULL,
+    tenant bytea NOT NULL,
+    id bytea NOT NULL,
+    value bytea,
+    PRIMARY KEY (kind, tenant, id)
+);
 
 CREATE TABLE idemdb_offsets (
     group_name bytea NOT NULL,

@@ -18,6 +18,7 @@
 //!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
 //!   `tokio_postgres` and `deadpool_postgres`.
 
+mod causal;
 mod commit;
 mod entities;
 pub(crate) mod migrations;
@@ -26,6 +27,7 @@ mod statements;
 mod transaction;
 mod unique;
 
+pub(crate) use causal::CausalKind;
 pub(crate) use commit::PgOp;
 pub use transaction::{SqlTransaction, SqlValue};
 

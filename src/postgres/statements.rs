@@ -244,3 +244,20 @@ pub(crate) const ENTITY_PLACEHOLDER: &str = "INSERT INTO idemdb_entities (tenant
 /// $1 tenant, $2 id: the entity's row, held until the transaction ends (a commit's check).
 pub(crate) const ENTITY_SHARE: &str =
     "SELECT version, value FROM idemdb_entities WHERE tenant = $1 AND id = $2 FOR SHARE";
+
+/// $1 kind (0 causal entity, 1 replica vector), $2 tenant, $3 id: the stored bytes.
+pub(crate) const CAUSAL_GET: &str =
+    "SELECT value FROM idemdb_causal WHERE kind = $1 AND tenant = $2 AND id = $3";
+
+/// The same parameters: an empty row to lock when there is none (a `NULL` value reads as none).
+pub(crate) const CAUSAL_HOLD: &str = "INSERT INTO idemdb_causal (kind, tenant, id, value) \
+    VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING";
+
+/// The same parameters: the row, locked until the transaction ends.
+pub(crate) const CAUSAL_LOCK: &str =
+    "SELECT value FROM idemdb_causal WHERE kind = $1 AND tenant = $2 AND id = $3 FOR UPDATE";
+
+/// The same parameters and $4 the new bytes (`NULL`: removed; the empty row is deleted).
+pub(crate) const CAUSAL_SET: &str = "WITH up AS (UPDATE idemdb_causal SET value = $4 \
+    WHERE kind = $1 AND tenant = $2 AND id = $3 AND $4::bytea IS NOT NULL RETURNING 1) \
+    DELETE FROM idemdb_causal WHERE kind = $1 AND tenant = $2 AND id = $3 AND $4::bytea IS NULL";

@@ -1,5 +1,5 @@
-//! The conformance suite: the request-record, entity, consumer, reservation, offset and commit
-//! behaviours, written once against the async API
+//! The conformance suite: the request-record, entity, consumer, reservation, offset, commit and
+//! causal-write behaviours, written once against the async API
 //! (`AsyncStore`) and run against both backends: the embedded store (a new directory per test)
 //! and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres`; `IDEMDB_TEST_POSTGRES`
 //! overrides the URL), each test in its own schema, so tests run in parallel without meeting.
@@ -15,6 +15,7 @@ mod http_common;
 
 mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
+mod causal_writes_keep_every_concurrent_value;
 mod cli_reaches_a_postgres_store;
 mod commits_apply_everything_or_nothing;
 mod concurrent_claims_have_exactly_one_winner;

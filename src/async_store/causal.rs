@@ -1,0 +1,158 @@
+//! Causal writes (version vectors and siblings) through the async API. Invariant: each method
+//! means what the embedded store's method of the same name means
+//! ([`Store::causal_put`](crate::Store::causal_put) and the others): the same argument checks,
+//! the same bound on what is stored, and on PostgreSQL the same code computing the new state
+//! from the row as read under its lock, so no concurrent write is lost on either backend.
+
+use super::{blocking, AsyncStore, Backend};
+use crate::error::Result;
+use crate::vv::{Siblings, VersionVector};
+
+impl AsyncStore {
+    /// Reads a causal entity: all concurrent values and the context that covers them, as
+    /// [`Store::causal_get`](crate::Store::causal_get).
+    pub async fn causal_get(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+    ) -> Result<Siblings> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => s.causal_get(tenant, id),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, id)?;
+                let bytes = pg
+                    .causal_get(crate::postgres::CausalKind::Entity, tenant, id)
+                    .await?;
+                crate::vv::decode_causal(bytes.as_deref())
+            }
+        }
+    }
+
+    /// Writes `value` as `actor`, having read `context`, as
+    /// [`Store::causal_put`](crate::Store::causal_put): siblings the context has seen are
+    /// replaced, concurrent ones kept; the entity's state after the write.
+    pub async fn causal_put(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        actor: &str,
+        context: &VersionVector,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Siblings> {
+        let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (t, i, a, c) = (
+                    tenant.to_vec(),
+                    id.to_vec(),
+                    actor.to_owned(),
+                    context.clone(),
+                );
+                blocking(s, move |s| s.causal_put(t, i, &a, &c, value)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                crate::vv::check_causal_put(&self.cfg, tenant, id, actor, &value)?;
+                let cfg = self.cfg.clone();
+                pg.causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
+                    let state = crate::vv::decode_causal(cur)?;
+                    let state = crate::vv::put_sibling(state, actor, context, value);
+                    let sealed = crate::vv::seal_causal(&cfg, &state)?;
+                    Ok((Some(sealed), state))
+                })
+                .await
+            }
+        }
+    }
+
+    /// Deletes the siblings `context` has seen, as
+    /// [`Store::causal_delete`](crate::Store::causal_delete); what is left.
+    pub async fn causal_delete(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        context: &VersionVector,
+    ) -> Result<Siblings> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (t, i, c) = (tenant.to_vec(), id.to_vec(), context.clone());
+                blocking(s, move |s| s.causal_delete(t, i, &c)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, id)?;
+                pg.causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
+                    let left = match crate::vv::decode_causal(cur) {
+                        // Damaged data can always be cleared.
+                        Err(crate::Error::Corrupted { .. }) => Siblings::default(),
+                        Err(e) => return Err(e),
+                        Ok(state) => crate::vv::delete_seen(state, context),
+                    };
+                    if left.values.is_empty() {
+                        return Ok((None, Siblings::default()));
+                    }
+                    let sealed = crate::format::seal_bincode("causal entity", &left)?;
+                    Ok((Some(sealed), left))
+                })
+                .await
+            }
+        }
+    }
+
+    /// Merges a replica's version vector into the one stored for `(tenant, id)`, as
+    /// [`Store::merge_replica_vector`](crate::Store::merge_replica_vector).
+    pub async fn merge_replica_vector(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+        vv: &VersionVector,
+    ) -> Result<()> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (t, i, v) = (tenant.to_vec(), id.to_vec(), vv.clone());
+                blocking(s, move |s| s.merge_replica_vector(t, i, &v)).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, id)?;
+                let cfg = self.cfg.clone();
+                pg.causal_update(
+                    crate::postgres::CausalKind::ReplicaVector,
+                    tenant,
+                    id,
+                    |cur| {
+                        let merged = crate::vv::decode_vv(cur)?.merged(vv);
+                        crate::vv::check_vv_bound(&cfg, &merged)?;
+                        Ok((Some(crate::vv::encode_vv(&merged)?), ()))
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    /// The merged replica vector of `(tenant, id)` (empty if none was merged), as
+    /// [`Store::replica_vector`](crate::Store::replica_vector).
+    pub async fn replica_vector(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        id: impl AsRef<[u8]>,
+    ) -> Result<VersionVector> {
+        let (tenant, id) = (tenant.as_ref(), id.as_ref());
+        match &self.backend {
+            Backend::Embedded(s) => s.replica_vector(tenant, id),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                self.cfg.check_names(tenant, id)?;
+                let bytes = pg
+                    .causal_get(crate::postgres::CausalKind::ReplicaVector, tenant, id)
+                    .await?;
+                crate::vv::decode_vv(bytes.as_deref())
+            }
+        }
+    }
+}
