@@ -175,9 +175,23 @@ fn app(
     ledger_state: Ledger,
 ) -> (Router, Arc<Ledger>, Option<IdempotencyLayer>) {
     let ledger_state = Arc::new(ledger_state);
+    let tier_store = store.clone();
     let routes = Router::new()
         .route("/payments", post(pay))
-        .route("/ledger", get(ledger));
+        .route("/ledger", get(ledger))
+        // The local replay tier's counters (fleet mode reads them at the end of a run).
+        .route(
+            "/tier",
+            get(move || {
+                let stats = tier_store.as_ref().and_then(AsyncStore::replay_tier_stats);
+                async move {
+                    stats.map_or_else(
+                        || "no tier".to_owned(),
+                        |t| format!("hits {} misses {}", t.hits, t.misses),
+                    )
+                }
+            }),
+        );
     let Some(store) = store else {
         return (routes.with_state(ledger_state.clone()), ledger_state, None);
     };
@@ -196,16 +210,21 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
-/// The store: on PostgreSQL if `postgres` is given, else in `db` (a temporary directory if
-/// none); the lease if given (the default is 30 s).
+/// The store: on PostgreSQL if `postgres` is given (with a local replay tier of `tier` bytes if
+/// given), else in `db` (a temporary directory if none); the lease if given (the default is
+/// 30 s).
 async fn open_store(
     db: Option<String>,
     postgres: Option<String>,
     synced: bool,
     lease: Option<Duration>,
+    tier: Option<usize>,
 ) -> (AsyncStore, Option<tempfile::TempDir>) {
     let (cfg, tmp) = match (postgres, db) {
-        (Some(url), _) => (Config::postgres(url), None),
+        (Some(url), _) => {
+            let cfg = Config::postgres(url);
+            (tier.map_or(cfg.clone(), |b| cfg.replay_tier(b)), None)
+        }
         (None, Some(p)) => (Config::new(p), None),
         (None, None) => {
             let t = tempfile::tempdir().expect("temp dir");
@@ -262,8 +281,14 @@ async fn main() {
             let no_layer = args.iter().any(|a| a == "--no-layer");
             let lease = arg(&args, "--lease-ms")
                 .map(|v| Duration::from_millis(v.parse().expect("--lease-ms N")));
-            let (store, _tmp) =
-                open_store(arg(&args, "--db"), postgres.clone(), synced, lease).await;
+            let (store, _tmp) = open_store(
+                arg(&args, "--db"),
+                postgres.clone(),
+                synced,
+                lease,
+                arg(&args, "--replay-tier").map(|v| v.parse().expect("--replay-tier BYTES")),
+            )
+            .await;
             let mut ledger = Ledger::default();
             if args.iter().any(|a| a == "--bank") {
                 let url = postgres.as_deref().expect("--bank needs --postgres URL");
@@ -346,6 +371,21 @@ async fn post_payment(
     Ok((status, replayed, body))
 }
 
+/// A GET's body as text.
+async fn get_text(c: &HttpClient, uri: &str) -> Result<String, String> {
+    let req = axum::http::Request::get(uri)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let resp = c.request(req).await.map_err(|e| format!("{uri}: {e}"))?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 /// Clients send every payment, some twice at once (a proxy duplicating), some again later (a
 /// lost reply); the ledger must count each payment once and each client see one receipt.
 async fn check(payments: u64, synced: bool, postgres: Option<String>) -> Result<(), String> {
@@ -354,7 +394,7 @@ async fn check(payments: u64, synced: bool, postgres: Option<String>) -> Result<
         Some(url) => Some(fleet::fresh_schema(&url, "axum_payments_check").await?),
         None => None,
     };
-    let (store, _tmp) = open_store(None, postgres, synced, None).await;
+    let (store, _tmp) = open_store(None, postgres, synced, None, None).await;
     let (router, ledger, layer) = app(Some(store), Ledger::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
