@@ -367,9 +367,28 @@ impl AsyncStore {
         }
     }
 
+    /// What a store on PostgreSQL holds, counted by the database in one read-only statement
+    /// (`idemdb stats --postgres URL` prints it). The embedded store's counters are
+    /// [`Store::stats`], through [`AsyncStore::embedded`]; here it is refused with
+    /// `InvalidInput::Config`.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres_stats(&self) -> Result<crate::postgres::PostgresStats> {
+        match &self.backend {
+            Backend::Postgres(pg) => pg.stats().await,
+            Backend::Embedded(_) => Err(crate::InvalidInput::Config(
+                "postgres_stats counts a store on PostgreSQL; the embedded store's counters are \
+                 Store::stats (AsyncStore::embedded)"
+                    .into(),
+            )
+            .into()),
+        }
+    }
+
     /// Deletes up to `limit` expired records; how many. Embedded: as [`Store::sweep`].
     /// PostgreSQL: oldest expiry first, in one statement that skips rows other transactions
-    /// hold (no long locks); call it in a loop for bigger batches.
+    /// hold (no long locks); then, up to `limit` each, reservations whose lease ended and the
+    /// version-0 rows commits' checks of absent entities left (both read as absent already);
+    /// call it in a loop for bigger batches.
     pub async fn sweep(&self, limit: usize) -> Result<usize> {
         match &self.backend {
             Backend::Embedded(s) => blocking(s, move |s| s.sweep(limit)).await,

@@ -85,7 +85,7 @@ pub use keys::{derive_key, fingerprint, mint_key};
 pub use metrics::{Counters, Stats};
 pub use offsets::OffsetWindow;
 #[cfg(feature = "postgres")]
-pub use postgres::{SqlTransaction, SqlValue};
+pub use postgres::{PostgresStats, SqlTransaction, SqlValue};
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     ReplayView, Response,

@@ -24,11 +24,13 @@ mod entities;
 pub(crate) mod migrations;
 mod offsets;
 mod statements;
+mod stats;
 mod transaction;
 mod unique;
 
 pub(crate) use causal::CausalKind;
 pub(crate) use commit::PgOp;
+pub use stats::PostgresStats;
 pub use transaction::{SqlTransaction, SqlValue};
 
 use std::collections::BTreeMap;
@@ -698,9 +700,14 @@ impl PgStore {
     /// transaction holds; how many were deleted.
     pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let n = self
-            .execute(statements::SWEEP, &[&limit, &self.now_param()])
-            .await?;
+        let now = self.now_param();
+        let n = self.execute(statements::SWEEP, &[&limit, &now]).await?
+            + self
+                .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
+                .await?
+            + self
+                .execute(statements::SWEEP_PLACEHOLDERS, &[&limit])
+                .await?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 }

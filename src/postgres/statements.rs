@@ -261,3 +261,53 @@ pub(crate) const CAUSAL_LOCK: &str =
 pub(crate) const CAUSAL_SET: &str = "WITH up AS (UPDATE idemdb_causal SET value = $4 \
     WHERE kind = $1 AND tenant = $2 AND id = $3 AND $4::bytea IS NOT NULL RETURNING 1) \
     DELETE FROM idemdb_causal WHERE kind = $1 AND tenant = $2 AND id = $3 AND $4::bytea IS NULL";
+
+/// $1 test clock: the counts of `PostgresStats`, in its field order.
+pub(crate) const STATS: &str = concat!(
+    "WITH t AS (SELECT ",
+    now_expr!("$1::bigint"),
+    " AS now), r AS (
+    SELECT
+      count(*) FILTER (WHERE q.ns = 0 AND q.state = 0 AND q.expires_at > t.now) AS a,
+      count(*) FILTER (WHERE q.ns = 0 AND q.state = 1 AND q.expires_at > t.now) AS b,
+      count(*) FILTER (WHERE q.ns = 0 AND q.state = 2 AND q.expires_at > t.now) AS c,
+      count(*) FILTER (WHERE q.ns = 0 AND q.state = 3 AND q.expires_at > t.now) AS d,
+      count(*) FILTER (WHERE q.ns = 1 AND q.state = 0 AND q.expires_at > t.now) AS e,
+      count(*) FILTER (WHERE q.ns = 1 AND q.state = 1 AND q.expires_at > t.now) AS f,
+      count(*) FILTER (WHERE q.ns = 1 AND q.state = 2 AND q.expires_at > t.now) AS g,
+      count(*) FILTER (WHERE q.ns = 1 AND q.state = 3 AND q.expires_at > t.now) AS h,
+      count(*) FILTER (WHERE q.expires_at <= t.now) AS i
+    FROM idemdb_requests q, t)
+SELECT r.a, r.b, r.c, r.d, r.e, r.f, r.g, r.h, r.i,
+  (SELECT count(*) FROM idemdb_entities WHERE value IS NOT NULL),
+  (SELECT count(*) FROM idemdb_entities WHERE value IS NULL AND version > 0),
+  (SELECT count(*) FROM idemdb_unique),
+  (SELECT count(*) FROM idemdb_offsets),
+  (SELECT count(*) FROM idemdb_causal WHERE value IS NOT NULL),
+  (SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c
+   WHERE c.relkind = 'r' AND c.relname LIKE 'idemdb\\_%' AND pg_table_is_visible(c.oid))
+FROM r"
+);
+
+/// $1 batch size, $2 test clock: deletes up to $1 reservation rows whose lease ended (no longer
+/// live: the next reservation would overwrite them), skipping rows others hold.
+pub(crate) const SWEEP_RESERVATIONS: &str = concat!(
+    now_cte!("$2"),
+    ", doomed AS (
+    SELECT u.index_name, u.value FROM idemdb_unique u, now
+    WHERE u.bound_fence IS NOT NULL
+      AND NOT idemdb_bound_live(u.bound_ns, u.bound_tenant, u.bound_key, u.bound_fence, now.t)
+    LIMIT $1
+    FOR UPDATE OF u SKIP LOCKED
+)
+DELETE FROM idemdb_unique u USING doomed d
+WHERE u.index_name = d.index_name AND u.value = d.value"
+);
+
+/// $1 batch size: deletes up to $1 version-0 entity rows (held by commits' checks of absent
+/// entities; they read as absent, so deleting them changes nothing), skipping rows others hold.
+pub(crate) const SWEEP_PLACEHOLDERS: &str = "WITH doomed AS (
+    SELECT tenant, id FROM idemdb_entities WHERE version = 0 AND value IS NULL
+    LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idemdb_entities e USING doomed d WHERE e.tenant = d.tenant AND e.id = d.id";

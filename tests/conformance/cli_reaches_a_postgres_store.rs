@@ -5,7 +5,10 @@
 use std::process::Command;
 use std::time::Duration;
 
-use idemdb::{Claim, ClaimOptions, Config, Response};
+use idemdb::{
+    Begin, Claim, ClaimOptions, Config, ConsumerOptions, Expect, MessageFailed, Reservation,
+    Response,
+};
 
 use crate::harness::{drop_schema, fresh_schema, in_schema};
 
@@ -52,6 +55,64 @@ async fn postgres() {
         ok && out.contains("completed at") && out.contains("7 body bytes"),
         "{out}"
     );
+    // stats counts every kind of row; forget --consumer clears a consumer message.
+    let Begin::Process(m) = store
+        .begin("orders", "m1", ConsumerOptions::default())
+        .await
+        .unwrap()
+    else {
+        panic!("a new message");
+    };
+    let poisoned = store
+        .fail_message(&m, ConsumerOptions::default().max_attempts(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(poisoned, MessageFailed::Poisoned { attempts: 1 });
+    store
+        .put_entity("acme", "e1", Expect::Absent, "v")
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .put_entity("acme", "e2", Expect::Absent, "v")
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .delete_entity("acme", "e2", Expect::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.reserve("email", &[b"a@x"], "u1").await.unwrap(),
+        Reservation::Reserved
+    );
+    store.mark_processed("g", "topic", 0, 5).await.unwrap();
+    let (ok, out) = idemdb(&["stats", "--postgres", &url]);
+    let line = |name: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.split_whitespace().last().unwrap_or("").to_owned())
+            .unwrap_or_default()
+    };
+    assert!(ok, "{out}");
+    assert_eq!(line("requests completed"), "1", "{out}");
+    assert_eq!(line("messages failed"), "1", "{out}");
+    assert_eq!(line("entities "), "1", "{out}");
+    assert_eq!(line("entity tombstones"), "1", "{out}");
+    assert_eq!(line("reservations"), "1", "{out}");
+    assert_eq!(line("offset windows"), "1", "{out}");
+    assert!(line("table bytes").parse::<u64>().unwrap() > 0, "{out}");
+    let (ok, out) = idemdb(&["forget", "--postgres", &url, "--consumer", "orders", "m1"]);
+    assert!(ok && out.contains("forgotten"), "{out}");
+    assert!(matches!(
+        store
+            .begin("orders", "m1", ConsumerOptions::default())
+            .await
+            .unwrap(),
+        Begin::Process(_)
+    ));
     let (ok, out) = idemdb(&["forget", "--postgres", &url, "acme", "k1"]);
     assert!(ok && out.contains("forgotten"), "{out}");
     let (ok, out) = idemdb(&["inspect", "--postgres", &url, "acme", "k1"]);

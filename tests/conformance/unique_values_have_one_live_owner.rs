@@ -132,6 +132,28 @@ async fn check(h: &Harness) {
         Ok(Reservation::Reserved)
     );
     assert_eq!(s.reserve("sku", sku, "u9").await.unwrap(), taken(b""));
+    // A sweep (on PostgreSQL it also deletes reservations whose lease ended) changes no answer.
+    let sku2: &[&[u8]] = &[b"sku-2"];
+    assert_eq!(
+        s.reserve_for(&b2, "sku", sku2).await.unwrap(),
+        Ok(Reservation::Reserved)
+    );
+    s.complete(&b2, Response::new(Vec::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    s.sweep(1_000).await.unwrap();
+    assert_eq!(s.reservation_owner("sku", sku2).await.unwrap(), None);
+    assert_eq!(s.reservation_owner("sku", sku).await.unwrap(), None);
+    assert_eq!(s.reservation_owner("email", email).await.unwrap(), None);
+    assert_eq!(
+        s.reservation_owner("pair", &[b"a", b"bc"]).await.unwrap(),
+        Some(b"x".to_vec())
+    );
+    assert_eq!(
+        s.reserve("sku", sku2, "u9").await.unwrap(),
+        Reservation::Reserved
+    );
 
     // Eight owners race for one value: exactly one reserves it.
     for round in 0..5 {

@@ -1,5 +1,5 @@
-//! The operator commands against a store on PostgreSQL (`--postgres URL`): migrate, sweep,
-//! inspect, forget.
+//! The operator commands against a store on PostgreSQL (`--postgres URL`): migrate, stats,
+//! sweep, inspect, forget (a request record, or with `--consumer` a consumer message).
 
 use std::process::ExitCode;
 
@@ -92,15 +92,44 @@ async fn run_async(
                 }
             }
         }
+        "stats" => {
+            let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
+            let s = store.postgres_stats().await.map_err(err)?;
+            for (name, v) in [
+                ("requests pending", s.requests_pending),
+                ("requests released", s.requests_released),
+                ("requests completed", s.requests_completed),
+                ("requests failed", s.requests_failed),
+                ("messages pending", s.messages_pending),
+                ("messages released", s.messages_released),
+                ("messages completed", s.messages_completed),
+                ("messages failed", s.messages_failed),
+                ("expired awaiting sweep", s.expired_awaiting_sweep),
+                ("entities", s.entities),
+                ("entity tombstones", s.entity_tombstones),
+                ("reservations", s.reservations),
+                ("offset windows", s.offset_windows),
+                ("causal entities", s.causal),
+                ("table bytes", s.table_bytes),
+            ] {
+                println!("{name:<24} {v}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         "forget" => {
             let (t, k) = pair?;
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
-            let found = store.forget(&t, &k).await.map_err(err)?;
+            let found = if flag("--consumer").is_some() {
+                store.forget_message(&t, &k).await
+            } else {
+                store.forget(&t, &k).await
+            }
+            .map_err(err)?;
             println!("{}", if found { "forgotten" } else { "no such record" });
             Ok(ExitCode::SUCCESS)
         }
         other => Err(format!(
-            "{other} does not take --postgres (migrate, sweep, inspect and forget do)"
+            "{other} does not take --postgres (migrate, stats, sweep, inspect and forget do)"
         )),
     }
 }

@@ -18,9 +18,11 @@ const USAGE: &str = "usage:
 PostgreSQL (fleet mode; URL like postgres://user@host:5432/db):
   idemdb migrate --postgres URL [--to VERSION]   apply the schema (or undo it down to VERSION; 0: all)
   idemdb migrate --postgres URL --status         list the schema steps and when each was applied
+  idemdb stats   --postgres URL                  count the records, messages, entities and more
   idemdb sweep   --postgres URL                  delete expired records in batches
   idemdb inspect --postgres URL TENANT KEY
-  idemdb forget  --postgres URL TENANT KEY";
+  idemdb forget  --postgres URL TENANT KEY
+  idemdb forget  --postgres URL --consumer GROUP MESSAGE_ID";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -88,7 +90,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     };
     if let Some(url) = &a.postgres {
-        let pair = two(&a);
+        let pair = if cmd == "stats" {
+            Ok((String::new(), String::new()))
+        } else {
+            two(&a)
+        };
         return fleet::run(cmd, url, &a.flags, pair);
     }
     match cmd.as_str() {
