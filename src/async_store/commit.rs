@@ -230,7 +230,7 @@ impl AsyncCommit<'_> {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let tx = crate::postgres::SqlTransaction::begin(pg.clone()).await?;
+                let tx = crate::postgres::SqlTransaction::deferred(pg.clone()).await?;
                 tx.commit_with(self).await
             }
         }

@@ -5,6 +5,10 @@
 //! evaluated and the conflict reported is the one of the first operation in the order the caller
 //! added them (as on the embedded store); the caller rolls back on any conflict.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use tokio_postgres::types::ToSql;
 
 use super::entities::{condition, WriteOutcome};
@@ -45,6 +49,33 @@ impl PgOp {
     }
 }
 
+/// What one pipelined step answered: nothing (`BEGIN`), or an operation's index and outcome.
+type StepOutcome = Option<(usize, std::result::Result<Option<Version>, CommitConflict>)>;
+
+/// Polls every future until all are done (they run concurrently on one task, so statements on
+/// one connection are sent together); their outputs in the order given.
+async fn join_all<F: Future + Unpin>(mut futs: Vec<F>) -> Vec<F::Output> {
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match Pin::new(&mut *f).poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
 /// Runs one prepared statement on `c`; its row, if any.
 async fn one(
     c: &deadpool_postgres::Object,
@@ -56,12 +87,17 @@ async fn one(
 }
 
 impl PgStore {
-    /// Runs `ops` on `c` (inside a transaction the caller ends): the version after each
-    /// operation, or the first conflict in the order given.
+    /// Runs `ops` on `c` (inside a transaction the caller ends; `begin`: this call starts it):
+    /// the version after each operation, or the first conflict in the order given. The
+    /// statements are pipelined (sent together, `BEGIN` first when asked, then each operation in
+    /// the fixed order, which is also the order the server runs them in): one round trip for all
+    /// of them while every operation answers in one statement, more only for the operations that
+    /// need a second (a lost lease's explanation).
     pub(crate) async fn apply_ops(
         &self,
         c: &deadpool_postgres::Object,
         ops: Vec<PgOp>,
+        begin: bool,
     ) -> Result<std::result::Result<Vec<Option<Version>>, CommitConflict>> {
         let n = ops.len();
         let mut ordered: Vec<(usize, PgOp)> = ops.into_iter().enumerate().collect();
@@ -76,6 +112,20 @@ impl PgStore {
             )
             .into());
         }
+        type Step<'a> = Pin<Box<dyn Future<Output = Result<StepOutcome>> + Send + 'a>>;
+        let mut steps: Vec<Step<'_>> = Vec::with_capacity(n + 1);
+        if begin {
+            steps.push(Box::pin(async move {
+                self.timed(async { c.batch_execute("BEGIN").await.map_err(classify) })
+                    .await
+                    .map(|()| None)
+            }));
+        }
+        for (i, op) in ordered {
+            steps.push(Box::pin(async move {
+                self.run_op(c, i, op).await.map(|r| Some((i, r)))
+            }));
+        }
         let mut versions = vec![None; n];
         let mut first_conflict: Option<CommitConflict> = None;
         let conflict_op = |c: &CommitConflict| match c {
@@ -83,21 +133,24 @@ impl PgStore {
             | CommitConflict::Taken { op, .. }
             | CommitConflict::Lease { op, .. } => *op,
         };
-        for (i, op) in ordered {
-            match self.run_op(c, i, op).await? {
-                Ok(v) => {
+        // The first error in the order sent is the cause (a statement after a failed one in the
+        // same transaction only reports that the transaction is aborted).
+        for step in join_all(steps).await {
+            match step? {
+                None => {}
+                Some((i, Ok(v))) => {
                     if let Some(slot) = versions.get_mut(i) {
                         *slot = v;
                     }
                 }
-                Err(conflict) => {
+                Some((_, Err(conflict)))
                     if first_conflict
                         .as_ref()
-                        .is_none_or(|f| conflict_op(&conflict) < conflict_op(f))
-                    {
-                        first_conflict = Some(conflict);
-                    }
+                        .is_none_or(|f| conflict_op(&conflict) < conflict_op(f)) =>
+                {
+                    first_conflict = Some(conflict);
                 }
+                Some((_, Err(_))) => {}
             }
         }
         Ok(match first_conflict {
@@ -145,12 +198,11 @@ impl PgStore {
                 expect,
                 write: None,
             } => {
-                // A check: hold the row (a version-0 tombstone stands in for an absent entity,
-                // so that a concurrent first write waits too) and compare.
-                self.timed(one(c, sql::ENTITY_PLACEHOLDER, &[&tenant, &id]))
-                    .await?;
+                // A check: hold the row, in one statement (for an entity with no row, a
+                // version-0 tombstone is inserted and held, so a concurrent first write waits
+                // too; version 0 reads as absent).
                 let row = self
-                    .timed(one(c, sql::ENTITY_SHARE, &[&tenant, &id]))
+                    .timed(one(c, sql::ENTITY_HOLD, &[&tenant, &id]))
                     .await?
                     .ok_or_else(|| corrupted("idemdb_entities", "the held row is gone"))?;
                 let version: i64 = row.get(0);

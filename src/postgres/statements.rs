@@ -235,15 +235,14 @@ pub(crate) const JOIN_OFFSETS: &str = "SELECT applied, above_len FROM idemdb_joi
 pub(crate) const OFFSET_WINDOW: &str = "SELECT next::text, above::text[] FROM idemdb_offsets \
     WHERE group_name = $1 AND topic = $2 AND partition = $3";
 
-/// $1 tenant, $2 id: a version-0 tombstone for an entity that has no row, so that a commit's
-/// check of an absent entity has a row to hold (version 0 reads as absent; the first write
-/// makes it version 1, as with no row).
-pub(crate) const ENTITY_PLACEHOLDER: &str = "INSERT INTO idemdb_entities (tenant, id, version, \
-    value) VALUES ($1, $2, 0, NULL) ON CONFLICT DO NOTHING";
-
-/// $1 tenant, $2 id: the entity's row, held until the transaction ends (a commit's check).
-pub(crate) const ENTITY_SHARE: &str =
-    "SELECT version, value FROM idemdb_entities WHERE tenant = $1 AND id = $2 FOR SHARE";
+/// $1 tenant, $2 id: the entity's row, locked until the transaction ends (a commit's check), in
+/// one statement: a version-0 tombstone is inserted for an entity that has no row (version 0
+/// reads as absent, and the first write makes version 1, as with no row), and an existing row is
+/// locked by an update that changes nothing.
+pub(crate) const ENTITY_HOLD: &str =
+    "INSERT INTO idemdb_entities AS e (tenant, id, version, value) \
+    VALUES ($1, $2, 0, NULL) ON CONFLICT (tenant, id) DO UPDATE SET version = e.version \
+    RETURNING e.version, e.value";
 
 /// $1 kind (0 causal entity, 1 replica vector), $2 tenant, $3 id: the stored bytes.
 pub(crate) const CAUSAL_GET: &str =

@@ -180,6 +180,9 @@ fn values(row: &Row) -> Result<Vec<SqlValue>> {
 pub struct SqlTransaction {
     client: Option<deadpool_postgres::Object>,
     pg: Arc<PgStore>,
+    /// Whether `BEGIN` was sent (a commit applied with no statement of the application's sends
+    /// it together with its operations).
+    begun: bool,
 }
 
 impl std::fmt::Debug for SqlTransaction {
@@ -200,6 +203,20 @@ impl SqlTransaction {
         Ok(SqlTransaction {
             client: Some(client),
             pg,
+            begun: true,
+        })
+    }
+
+    /// A transaction whose `BEGIN` is sent with the first operations of `commit_with` (one round
+    /// trip less): for [`crate::AsyncCommit::apply`], which runs no statement of its own first.
+    pub(crate) async fn deferred(pg: Arc<PgStore>) -> Result<SqlTransaction> {
+        let client = pg
+            .timed(async { pg.pool.get().await.map_err(pool_error) })
+            .await?;
+        Ok(SqlTransaction {
+            client: Some(client),
+            pg,
+            begun: false,
         })
     }
 
@@ -248,10 +265,12 @@ impl SqlTransaction {
         commit: crate::async_store::AsyncCommit<'_>,
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
         let ops = commit.into_pg_ops(&self.pg)?;
+        let begin = !self.begun;
         let outcome = {
             let c = self.client()?;
-            self.pg.apply_ops(c, ops).await
+            self.pg.apply_ops(c, ops, begin).await
         };
+        self.begun = true;
         match outcome {
             Ok(Ok(versions)) => {
                 self.finish("COMMIT").await?;

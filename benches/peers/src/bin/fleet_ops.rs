@@ -19,7 +19,7 @@
 //! | entity CAS | `put_entity(Expect::Absent)` | `put_entity(Expect::Version(1))`, version 2 | 1 |
 //! | update_entity | `put_entity(Expect::Absent)` | `update_entity` (read, then a conditional write), version 2 | 2 |
 //! | consumer begin+complete | none | `begin` (`Begin::Process`) then `complete` | 2 |
-//! | commit (entity + lease) | `claim` (`Claim::Acquired`) | `commit().put(Expect::Absent).complete(lease).apply()` | 4 (`BEGIN`, entity, lease, `COMMIT`) |
+//! | commit (entity + lease) | `claim` (`Claim::Acquired`) | `commit().put(Expect::Absent).complete(lease).apply()` | 2 (`BEGIN`, entity and lease pipelined; `COMMIT`) |
 //! | reserve | none | `reserve("email", [id], owner)`, `Reservation::Reserved` | 1 |
 //! | offset mark | none | `mark_processed(group, "topic", task index, next offset)` | 1 |
 //!
