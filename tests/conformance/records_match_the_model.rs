@@ -1,17 +1,21 @@
-//! The model-based test of request records, on both backends: random sequences of claims (two
-//! tenants, three keys, two fingerprints, leases and retentions of seconds), completions,
-//! failures, renewals, checkpoints, forgets, sweeps and clock steps run against the store and a
-//! reference model; every outcome and, after every step, the state of every key must equal the
-//! model's. Fencing tokens are the one thing the backends issue differently (blocks on disk, a
+//! The model-based test, on both backends: random sequences of claims (two tenants, three keys,
+//! two fingerprints, leases and retentions of seconds), completions, failures, renewals,
+//! checkpoints, forgets, sweeps and clock steps; entity writes and deletes under every kind of
+//! condition; plain and lease-bound reservations and their releases; offset marks and
+//! watermarks; and commits of an entity write with a lease's completion, run against the store
+//! and a reference model. Every outcome and, after every step, the state of every key, entity,
+//! reserved value and offset window must equal the model's. Fencing tokens are the one thing the backends issue differently (blocks on disk, a
 //! sequence on PostgreSQL): the model takes each acquisition's token from the store, after
 //! checking that it is greater than every token seen before, and predicts every later use of it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use idemdb::{
-    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
-    Response,
+    Checkpoint, Claim, ClaimOptions, CommitConflict, Conflict, Expect, FailKind, Lease, LeaseLost,
+    RecordInfo, RecordState, Released, Replay, Reservation, Response, Versioned,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
@@ -21,6 +25,8 @@ use crate::harness::Harness;
 const TENANTS: [&str; 2] = ["ta", "tb"];
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
 const FPS: [&[u8]; 2] = [b"fp-a", b"fp-b"];
+const VALUES: [&[u8]; 3] = [b"v0", b"v1", b"v2"];
+const OWNERS: [&str; 2] = ["o0", "o1"];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -60,6 +66,45 @@ enum Op {
     Sweep {
         limit: usize,
     },
+    EntityPut {
+        t: usize,
+        k: usize,
+        ex: u8,
+        val: u8,
+    },
+    EntityDelete {
+        t: usize,
+        k: usize,
+        ex: u8,
+    },
+    Reserve {
+        v: usize,
+        owner: usize,
+    },
+    ReserveFor {
+        lease: usize,
+        v: usize,
+    },
+    Release {
+        v: usize,
+        owner: usize,
+    },
+    Mark {
+        p: u32,
+        offset: u64,
+    },
+    Watermark {
+        p: u32,
+        offset: u64,
+    },
+    CommitPutComplete {
+        t: usize,
+        k: usize,
+        ex: u8,
+        val: u8,
+        lease: usize,
+        body: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -75,6 +120,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..2usize, 0..3usize).prop_map(|(t, k)| Op::Forget { t, k }),
         3 => (1..60u64).prop_map(|s| Op::Advance { s }),
         1 => (1..4usize).prop_map(|limit| Op::Sweep { limit }),
+        2 => (0..2usize, 0..3usize, any::<u8>(), any::<u8>())
+            .prop_map(|(t, k, ex, val)| Op::EntityPut { t, k, ex, val }),
+        1 => (0..2usize, 0..3usize, any::<u8>()).prop_map(|(t, k, ex)| Op::EntityDelete { t, k, ex }),
+        2 => (0..3usize, 0..2usize).prop_map(|(v, owner)| Op::Reserve { v, owner }),
+        2 => (any::<usize>(), 0..3usize).prop_map(|(lease, v)| Op::ReserveFor { lease, v }),
+        1 => (0..3usize, 0..2usize).prop_map(|(v, owner)| Op::Release { v, owner }),
+        1 => (0..2u32, 0..10u64).prop_map(|(p, offset)| Op::Mark { p, offset }),
+        1 => (0..2u32, 0..10u64).prop_map(|(p, offset)| Op::Watermark { p, offset }),
+        2 => (0..2usize, 0..3usize, any::<u8>(), any::<u8>(), any::<usize>(), any::<u8>())
+            .prop_map(|(t, k, ex, val, lease, body)| Op::CommitPutComplete { t, k, ex, val, lease, body }),
     ]
 }
 
@@ -98,11 +153,22 @@ struct MRec {
     state: MState,
 }
 
+/// Who holds a reserved value: a plain owner, or the lease with this token on this record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum MRes {
+    Plain(usize),
+    Bound((usize, usize), u64),
+}
+
 #[derive(Default)]
 struct Model {
     now: u64,
     recs: BTreeMap<(usize, usize), MRec>,
     max_fence: u64,
+    /// Entities: the newest version, and the value (`None`: a tombstone).
+    ents: BTreeMap<(usize, usize), (u64, Option<Vec<u8>>)>,
+    res: BTreeMap<usize, MRes>,
+    offsets: [BTreeSet<u64>; 2],
 }
 
 fn resp(body: u8) -> Response {
@@ -186,6 +252,97 @@ impl Model {
         }
     }
 
+    /// The condition `ex` names, relative to the entity's live version (so that every kind of
+    /// condition, holding or not, is drawn often).
+    fn entity_expect(&self, id: (usize, usize), ex: u8) -> Expect {
+        let live = self.entity(id).map(|e| e.version);
+        match ex % 4 {
+            0 => Expect::Absent,
+            1 => Expect::Any,
+            2 => Expect::Version(live.unwrap_or(1)),
+            _ => Expect::Version(live.map_or(7, |v| v + 1)),
+        }
+    }
+
+    fn entity(&self, id: (usize, usize)) -> Option<Versioned> {
+        let (version, value) = self.ents.get(&id)?;
+        value.as_ref().map(|v| Versioned {
+            value: v.clone(),
+            version: *version,
+        })
+    }
+
+    fn holds(&self, id: (usize, usize), e: Expect) -> bool {
+        let live = self.entity(id);
+        match e {
+            Expect::Any => true,
+            Expect::Absent => live.is_none(),
+            Expect::Version(v) => live.is_some_and(|l| l.version == v),
+        }
+    }
+
+    /// Writes (or, for `None`, deletes) if `e` holds: the version written.
+    fn entity_write(
+        &mut self,
+        id: (usize, usize),
+        e: Expect,
+        value: Option<Vec<u8>>,
+    ) -> Result<Option<u64>, Conflict> {
+        if !self.holds(id, e) {
+            return Err(Conflict {
+                current: self.entity(id),
+            });
+        }
+        if value.is_none() && self.entity(id).is_none() {
+            return Ok(None);
+        }
+        let v = self.ents.get(&id).map_or(0, |x| x.0) + 1;
+        self.ents.insert(id, (v, value));
+        Ok(Some(v))
+    }
+
+    /// The live holder of a reserved value.
+    fn reservation(&self, v: usize) -> Option<MRes> {
+        let r = *self.res.get(&v)?;
+        match r {
+            MRes::Plain(_) => Some(r),
+            MRes::Bound(id, fence) => self
+                .recs
+                .get(&id)
+                .filter(|rec| {
+                    rec.fence == fence
+                        && rec.expires_at > self.now
+                        && matches!(rec.state, MState::Pending(u) if u > self.now)
+                })
+                .map(|_| r),
+        }
+    }
+
+    fn owner_bytes(r: MRes) -> Vec<u8> {
+        match r {
+            MRes::Plain(o) => OWNERS[o].as_bytes().to_vec(),
+            MRes::Bound(..) => Vec::new(),
+        }
+    }
+
+    /// Reserves `v` for `who` unless another live holder has it.
+    fn reserve(&mut self, v: usize, who: MRes) -> Reservation {
+        let same = |a: MRes, b: MRes| match (a, b) {
+            (MRes::Plain(x), MRes::Plain(y)) => x == y,
+            (MRes::Bound(x, _), MRes::Bound(y, _)) => x == y,
+            _ => false,
+        };
+        match self.reservation(v) {
+            Some(cur) if !same(cur, who) => Reservation::Taken {
+                owner: Self::owner_bytes(cur),
+            },
+            _ => {
+                self.res.insert(v, who);
+                Reservation::Reserved
+            }
+        }
+    }
+
     fn info(&self, id: (usize, usize)) -> Option<RecordInfo> {
         let r = self.live(id)?;
         Some(RecordInfo {
@@ -255,6 +412,7 @@ async fn run(h: &Harness, case: usize, ops: Vec<Op>) {
     let s = &h.store;
     // Each case its own keys: a tenant prefix per case.
     let tenant = |t: usize| format!("{}{case}", TENANTS[t]);
+    let (index, group) = (format!("ix{case}"), format!("g{case}"));
     let mut model = Model::default();
     let mut leases: Vec<(Lease, (usize, usize))> = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
@@ -289,7 +447,105 @@ async fn run(h: &Harness, case: usize, ops: Vec<Op>) {
             Op::Sweep { limit } => {
                 s.sweep(limit).await.unwrap();
             }
+            Op::EntityPut { t, k, ex, val } => {
+                let e = model.entity_expect((t, k), ex);
+                let want = model
+                    .entity_write((t, k), e, Some(vec![val]))
+                    .map(Option::unwrap_or_default);
+                let got = s
+                    .put_entity(tenant(t), KEYS[k], e, vec![val])
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::EntityDelete { t, k, ex } => {
+                let e = model.entity_expect((t, k), ex);
+                let want = model.entity_write((t, k), e, None);
+                let got = s.delete_entity(tenant(t), KEYS[k], e).await.unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Reserve { v, owner } => {
+                let want = model.reserve(v, MRes::Plain(owner));
+                let got = s
+                    .reserve(&index, &[VALUES[v]], OWNERS[owner])
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Release { v, owner } => {
+                let want = match model.reservation(v) {
+                    None => Released::Absent,
+                    Some(MRes::Plain(o)) if o == owner => {
+                        model.res.remove(&v);
+                        Released::Released
+                    }
+                    Some(cur) => Released::NotOwner {
+                        owner: Model::owner_bytes(cur),
+                    },
+                };
+                let got = s
+                    .release_reservation(&index, &[VALUES[v]], OWNERS[owner])
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Mark { p, offset } => {
+                s.mark_processed(&group, "topic", p, offset).await.unwrap();
+                model.offsets[p as usize].insert(offset);
+            }
+            Op::Watermark { p, offset } => {
+                s.commit_watermark(&group, "topic", p, offset)
+                    .await
+                    .unwrap();
+                model.offsets[p as usize].extend(0..=offset);
+            }
             _ if leases.is_empty() => {}
+            Op::ReserveFor { lease, v } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let want = match model.holder(*id, l.fence()) {
+                    Err(lost) => Err(lost),
+                    Ok(_) => Ok(model.reserve(v, MRes::Bound(*id, l.fence()))),
+                };
+                let got = s.reserve_for(l, &index, &[VALUES[v]]).await.unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::CommitPutComplete {
+                t,
+                k,
+                ex,
+                val,
+                lease,
+                body,
+            } => {
+                let (l, id) = &leases[lease % leases.len()];
+                let e = model.entity_expect((t, k), ex);
+                let now = model.now;
+                let want = if !model.holds((t, k), e) {
+                    Err(CommitConflict::Condition {
+                        op: 0,
+                        current: model.entity((t, k)),
+                    })
+                } else {
+                    match model.holder(*id, l.fence()) {
+                        Err(lost) => Err(CommitConflict::Lease { op: 1, lost }),
+                        Ok(r) => {
+                            r.checkpoint = None;
+                            r.state = MState::Completed(resp(body), now);
+                            let v = model.entity_write((t, k), e, Some(vec![val]));
+                            Ok(vec![v.ok().flatten(), None])
+                        }
+                    }
+                };
+                let got = s
+                    .commit()
+                    .put(tenant(t), KEYS[k], e, vec![val])
+                    .complete(l, resp(body))
+                    .apply()
+                    .await
+                    .unwrap()
+                    .map(|c| c.versions);
+                assert_eq!(got, want, "{ctx}");
+            }
             Op::Complete { lease, body } | Op::FailTerminal { lease, body } => {
                 let (l, id) = &leases[lease % leases.len()];
                 let terminal = matches!(op, Op::FailTerminal { .. });
@@ -357,7 +613,30 @@ async fn run(h: &Harness, case: usize, ops: Vec<Op>) {
                     "{ctx}: state of {}/{key}",
                     tenant(t)
                 );
+                let got = s.get_entity(tenant(t), key).await.unwrap();
+                assert_eq!(
+                    got,
+                    model.entity((t, k)),
+                    "{ctx}: entity {}/{key}",
+                    tenant(t)
+                );
             }
+        }
+        for (v, value) in VALUES.iter().enumerate() {
+            let got = s.reservation_owner(&index, &[value]).await.unwrap();
+            let want = model.reservation(v).map(Model::owner_bytes);
+            assert_eq!(got, want, "{ctx}: owner of value {v}");
+        }
+        for (p, set) in model.offsets.iter().enumerate() {
+            let w = s
+                .offset_window(&group, "topic", u32::try_from(p).unwrap())
+                .await
+                .unwrap();
+            for o in 0..12 {
+                assert_eq!(w.contains(o), set.contains(&o), "{ctx}: offset {o} of {p}");
+            }
+            let mark = (0..).take_while(|o| set.contains(o)).last();
+            assert_eq!(w.watermark(), mark, "{ctx}: watermark of {p}");
         }
     }
 }
