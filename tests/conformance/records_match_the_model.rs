@@ -160,13 +160,15 @@ enum MRes {
     Bound((usize, usize), u64),
 }
 
+/// An entity: its newest version, and its value (`None`: a tombstone).
+type MEntity = (u64, Option<Vec<u8>>);
+
 #[derive(Default)]
 struct Model {
     now: u64,
     recs: BTreeMap<(usize, usize), MRec>,
     max_fence: u64,
-    /// Entities: the newest version, and the value (`None`: a tombstone).
-    ents: BTreeMap<(usize, usize), (u64, Option<Vec<u8>>)>,
+    ents: BTreeMap<(usize, usize), MEntity>,
     res: BTreeMap<usize, MRes>,
     offsets: [BTreeSet<u64>; 2],
 }
