@@ -2,7 +2,8 @@
 //! two fingerprints, leases and retentions of seconds), completions, failures, renewals,
 //! checkpoints, forgets, sweeps and clock steps; entity writes and deletes under every kind of
 //! condition; plain and lease-bound reservations and their releases; offset marks and
-//! watermarks; and commits of an entity write with a lease's completion, run against the store
+//! watermarks; commits of an entity write with a lease's completion; and consumer deliveries
+//! (`begin`) and failed attempts (`fail_message`, poisoning after three), run against the store
 //! and a reference model. Every outcome and, after every step, the state of every key, entity,
 //! reserved value and offset window must equal the model's. Fencing tokens are the one thing the backends issue differently (blocks on disk, a
 //! sequence on PostgreSQL): the model takes each acquisition's token from the store, after
@@ -14,8 +15,9 @@ use std::time::Duration;
 use std::collections::BTreeSet;
 
 use idemdb::{
-    Checkpoint, Claim, ClaimOptions, CommitConflict, Conflict, Expect, FailKind, Lease, LeaseLost,
-    RecordInfo, RecordState, Released, Replay, Reservation, Response, Versioned,
+    Begin, Checkpoint, Claim, ClaimOptions, CommitConflict, Conflict, ConsumerOptions, Expect,
+    FailKind, Lease, LeaseLost, MessageFailed, RecordInfo, RecordState, Released, Replay,
+    Reservation, Response, Versioned,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
@@ -105,7 +107,24 @@ enum Op {
         lease: usize,
         body: u8,
     },
+    Begin {
+        m: usize,
+    },
+    FailMessage {
+        lease: usize,
+    },
 }
+
+/// Consumer deliveries: a lease of 10 s, a retention of 90 s, poisoned after three attempts.
+fn consumer_opts() -> ConsumerOptions {
+    ConsumerOptions::default()
+        .lease(Duration::from_secs(10))
+        .retention(Duration::from_secs(90))
+        .max_attempts(3)
+}
+
+/// The model's records of consumer messages use this tenant index (requests use 0 and 1).
+const MESSAGES: usize = 2;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -130,6 +149,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..2u32, 0..10u64).prop_map(|(p, offset)| Op::Watermark { p, offset }),
         2 => (0..2usize, 0..3usize, any::<u8>(), any::<u8>(), any::<usize>(), any::<u8>())
             .prop_map(|(t, k, ex, val, lease, body)| Op::CommitPutComplete { t, k, ex, val, lease, body }),
+        5 => (0..2usize).prop_map(|m| Op::Begin { m }),
+        5 => any::<usize>().prop_map(|lease| Op::FailMessage { lease }),
     ]
 }
 
@@ -171,6 +192,8 @@ struct Model {
     ents: BTreeMap<(usize, usize), MEntity>,
     res: BTreeMap<usize, MRes>,
     offsets: [BTreeSet<u64>; 2],
+    /// Consumer messages stored as poisoned, with their attempts.
+    poisoned: BTreeMap<usize, u32>,
 }
 
 fn resp(body: u8) -> Response {
@@ -501,7 +524,81 @@ async fn run(h: &Harness, case: usize, ops: Vec<Op>) {
                     .unwrap();
                 model.offsets[p as usize].extend(0..=offset);
             }
+            Op::Begin { m } => {
+                let id = (MESSAGES, m);
+                if model.live(id).is_none() {
+                    model.poisoned.remove(&m);
+                }
+                let got = s
+                    .begin(&group, format!("m{m}"), consumer_opts())
+                    .await
+                    .unwrap();
+                // A delivery is a claim with an empty fingerprint; one that would acquire a
+                // fourth attempt poisons the message instead (the store acquires, then stores
+                // the poison as a terminal failure).
+                let now = model.now;
+                let next_attempt = model.live(id).and_then(|r| match r.state {
+                    MState::Released => Some(r.attempts + 1),
+                    MState::Pending(u) if u <= now => Some(r.attempts + 1),
+                    _ => None,
+                });
+                let want = if let Some(a) = next_attempt.filter(|a| *a > 3) {
+                    let r = model.recs.get_mut(&id).unwrap();
+                    r.attempts = a;
+                    r.takeovers += u32::from(matches!(r.state, MState::Pending(_)));
+                    r.expires_at = r.expires_at.max(now + 10_000);
+                    r.checkpoint = None;
+                    r.state = MState::Failed(Response::new(Vec::new()), now);
+                    // The token it drew is not seen; later ones are still checked to grow.
+                    model.poisoned.insert(m, a - 1);
+                    Begin::Poisoned { attempts: a - 1 }
+                } else {
+                    let as_claim = match &got {
+                        Begin::Process(l) => Claim::Acquired(l.clone()),
+                        _ => Claim::Mismatch,
+                    };
+                    match model.claim(id, b"", 10, 90, &as_claim) {
+                        Claim::Acquired(l) => Begin::Process(l),
+                        Claim::Completed(r) => Begin::Completed(r),
+                        Claim::Failed(r) => match model.poisoned.get(&m) {
+                            Some(a) => Begin::Poisoned { attempts: *a },
+                            None => Begin::Failed(r),
+                        },
+                        Claim::InProgress { retry_after } => Begin::InProgress { retry_after },
+                        other => panic!("one fingerprint per message, got {other:?}"),
+                    }
+                };
+                assert_eq!(got, want, "{ctx}");
+                if let Begin::Process(l) = got {
+                    leases.push((l, id));
+                }
+            }
             _ if leases.is_empty() => {}
+            Op::FailMessage { lease } => {
+                // Only the leases of consumer messages.
+                let mine: Vec<&(Lease, (usize, usize))> =
+                    leases.iter().filter(|(_, id)| id.0 == MESSAGES).collect();
+                let Some((l, id)) = mine.get(lease % mine.len().max(1)).copied() else {
+                    continue;
+                };
+                let now = model.now;
+                let attempts = l.attempt();
+                let want = model.holder(*id, l.fence()).map(|r| {
+                    if attempts >= 3 {
+                        r.checkpoint = None;
+                        r.state = MState::Failed(Response::new(Vec::new()), now);
+                        MessageFailed::Poisoned { attempts }
+                    } else {
+                        r.state = MState::Released;
+                        MessageFailed::WillRetry { attempts }
+                    }
+                });
+                if matches!(want, Ok(MessageFailed::Poisoned { .. })) {
+                    model.poisoned.insert(id.1, attempts);
+                }
+                let got = s.fail_message(l, consumer_opts()).await.unwrap();
+                assert_eq!(got, want, "{ctx}");
+            }
             Op::ReserveFor { lease, v } => {
                 let (l, id) = &leases[lease % leases.len()];
                 let want = match model.holder(*id, l.fence()) {
@@ -651,7 +748,7 @@ async fn check(h: &Harness) {
     let strategy = proptest::collection::vec(op(), 1..60);
     let result = tokio::task::block_in_place(|| {
         let mut runner = TestRunner::new(PtConfig {
-            cases: 24,
+            cases: 48,
             failure_persistence: None,
             ..PtConfig::default()
         });
