@@ -39,6 +39,20 @@ pub(crate) enum PgOp {
 }
 
 impl PgOp {
+    /// The statement the operation starts with.
+    fn first_statement(&self) -> &'static str {
+        match self {
+            PgOp::Entity { write: None, .. } => sql::ENTITY_HOLD,
+            PgOp::Entity { .. } => sql::ENTITY_PUT,
+            PgOp::Reserve { .. } => sql::RESERVE,
+            PgOp::Lease { change, .. } => match change {
+                HolderChange::Complete(_) => sql::COMPLETE,
+                HolderChange::FailTerminal(_) => sql::FAIL,
+                _ => sql::RELEASE,
+            },
+        }
+    }
+
     /// Where the operation runs in the fixed lock order.
     fn order_key(&self) -> (u8, &[u8], &[u8], i16) {
         match self {
@@ -111,6 +125,21 @@ impl PgStore {
                 "a commit names the same entity or lease twice".into(),
             )
             .into());
+        }
+        // Every statement is prepared first (on a connection that has not prepared it yet: one
+        // round trip for all of them), so that the executions below go out in the fixed order:
+        // an operation waiting for its `Parse` would otherwise be sent after the next one and
+        // lock its row out of order.
+        let mut first: Vec<&'static str> =
+            ordered.iter().map(|(_, op)| op.first_statement()).collect();
+        first.sort_unstable();
+        first.dedup();
+        let prepares: Vec<_> = first
+            .into_iter()
+            .map(|q| Box::pin(async move { c.prepare_cached(q).await.map_err(classify) }))
+            .collect();
+        for prepared in self.timed(async { Ok(join_all(prepares).await) }).await? {
+            prepared?;
         }
         type Step<'a> = Pin<Box<dyn Future<Output = Result<StepOutcome>> + Send + 'a>>;
         let mut steps: Vec<Step<'_>> = Vec::with_capacity(n + 1);
