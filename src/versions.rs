@@ -68,6 +68,37 @@ impl Default for UpdateOptions {
     }
 }
 
+/// The back-off of [`Store::update_entity`] (and of the async store's): exponential from
+/// `base_backoff`, doubling per conflict up to `max_backoff`, each sleep drawn uniformly below
+/// the current bound (full jitter).
+pub(crate) struct Backoff {
+    bound: Duration,
+    max: Duration,
+    rng: u64,
+}
+
+impl Backoff {
+    pub(crate) fn new(opts: &UpdateOptions) -> Self {
+        Backoff {
+            bound: opts.base_backoff,
+            max: opts.max_backoff,
+            rng: crate::keys::random_u128() as u64 | 1,
+        }
+    }
+
+    /// The next sleep; the bound doubles after it.
+    pub(crate) fn next_sleep(&mut self) -> Duration {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let nanos = u64::try_from(self.bound.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.bound = (self.bound * 2).min(self.max);
+        Duration::from_nanos(self.rng % nanos)
+    }
+}
+
 /// The stored state of an entity: its version, and its value unless it is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StoredEntity {
@@ -187,8 +218,7 @@ impl Store {
     {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         let mut current = self.get_entity(tenant, id)?;
-        let mut backoff = opts.base_backoff;
-        let mut rng = crate::keys::random_u128() as u64 | 1;
+        let mut backoff = Backoff::new(&opts);
         for attempt in 1..=opts.max_attempts.max(1) {
             if opts.escalate_after.is_some_and(|n| attempt > n) {
                 return self.update_locked(tenant, id, f);
@@ -213,12 +243,7 @@ impl Store {
                         current = conflict.current;
                         continue;
                     }
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
-                    std::thread::sleep(Duration::from_nanos(rng % nanos));
-                    backoff = (backoff * 2).min(opts.max_backoff);
+                    std::thread::sleep(backoff.next_sleep());
                     current = self.get_entity(tenant, id)?;
                 }
                 Err(_) => break,

@@ -4,9 +4,6 @@
 //! database decides, and [`AsyncStore::update_entity`] backs off on a timer, never by blocking a
 //! worker thread.
 
-#[cfg(feature = "postgres")]
-use std::time::Duration;
-
 use super::{blocking, AsyncStore, Backend};
 #[cfg(feature = "postgres")]
 use crate::error::Error;
@@ -102,8 +99,7 @@ impl AsyncStore {
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
     {
         let mut current = pg.get_entity(tenant, id).await?;
-        let mut backoff = opts.base_backoff;
-        let mut rng = crate::keys::random_u128() as u64 | 1;
+        let mut backoff = crate::versions::Backoff::new(&opts);
         let max = self.cfg.max_response_bytes;
         for attempt in 1..=opts.max_attempts.max(1) {
             if opts.escalate_after.is_some_and(|n| attempt > n) {
@@ -136,12 +132,7 @@ impl AsyncStore {
                         current = conflict.current;
                         continue;
                     }
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
-                    tokio::time::sleep(Duration::from_nanos(rng % nanos)).await;
-                    backoff = (backoff * 2).min(opts.max_backoff);
+                    tokio::time::sleep(backoff.next_sleep()).await;
                     current = pg.get_entity(tenant, id).await?;
                 }
                 Err(_) => break,
