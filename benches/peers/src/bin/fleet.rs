@@ -26,11 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Durability, Response};
-use tokio_postgres::NoTls;
 
-type R<T> = Result<T, String>;
-
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+#[path = "../fleet_common.rs"]
+mod fleet_common;
+use fleet_common::{pg_client, pg_err, quantile as pct, run_main, PG_URL, R};
 const REDIS_ADDR: &str = "127.0.0.1:6379";
 const FP: [u8; 32] = [7; 32];
 const RESP_LEN: usize = 256;
@@ -318,31 +317,6 @@ impl System for RedisRecipe {
     }
 }
 
-fn pg_err(e: tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!(
-            "PostgreSQL at {PG_URL}: {}: {}",
-            db.code().code(),
-            db.message()
-        ),
-        None => format!("PostgreSQL at {PG_URL}: {e}"),
-    }
-}
-
-async fn pg_client(schema: Option<&str>) -> R<tokio_postgres::Client> {
-    let url = match schema {
-        Some(s) => format!("{PG_URL}?options=-c%20search_path%3D{s}"),
-        None => PG_URL.to_string(),
-    };
-    let (client, conn) =
-        tokio::time::timeout(Duration::from_secs(2), tokio_postgres::connect(&url, NoTls))
-            .await
-            .map_err(|_| format!("PostgreSQL at {PG_URL} did not answer within 2 s"))?
-            .map_err(|e| format!("cannot connect to PostgreSQL at {PG_URL}: {e}"))?;
-    tokio::spawn(conn);
-    Ok(client)
-}
-
 /// Runs `op` over `keys`, split over `tasks` concurrent tasks; per-key latencies (µs) and the
 /// wall time.
 async fn run(
@@ -375,13 +349,6 @@ async fn run(
     }
     all.sort_unstable();
     Ok((all, start.elapsed()))
-}
-
-fn pct(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 struct Row {
@@ -620,22 +587,5 @@ async fn main_async(s: Settings) -> R<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let s = match parse_args() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("fleet: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    match rt.block_on(main_async(s)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fleet: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run_main("fleet", parse_args, main_async)
 }

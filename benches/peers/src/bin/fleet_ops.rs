@@ -46,11 +46,10 @@ use idemdb::{
     AsyncStore, Begin, Claim, ClaimOptions, Config, ConsumerOptions, Durability, Expect, Lease,
     Reservation, Response, UpdateOptions, Versioned,
 };
-use tokio_postgres::NoTls;
 
-type R<T> = Result<T, String>;
-
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+#[path = "../fleet_common.rs"]
+mod fleet_common;
+use fleet_common::{pg_client, pg_err, quantile, run_main, PG_URL, R};
 const SCHEMA: &str = "idemdb_bench_ops";
 const TENANT: &str = "bench";
 const FP: [u8; 32] = [7; 32];
@@ -354,14 +353,6 @@ async fn phase(
     Ok((all, start.elapsed()))
 }
 
-/// The `p` quantile (0 to 1) of sorted samples, nearest rank.
-fn quantile(sorted: &[u64], p: f64) -> u64 {
-    match sorted.len() {
-        0 => 0,
-        n => sorted[((n - 1) as f64 * p).round() as usize],
-    }
-}
-
 /// The pooled samples of one operation on one system at one task count.
 struct Row {
     op: Op,
@@ -438,30 +429,6 @@ async fn measure(
         r.ns.sort_unstable();
     }
     Ok(rows)
-}
-
-fn pg_err(e: tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!(
-            "PostgreSQL at {PG_URL}: {}: {}",
-            db.code().code(),
-            db.message()
-        ),
-        None => format!("PostgreSQL at {PG_URL}: {e}"),
-    }
-}
-
-/// A plain connection for the schema's creation and removal and the server's settings.
-async fn admin_client() -> R<tokio_postgres::Client> {
-    let (client, conn) = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio_postgres::connect(PG_URL, NoTls),
-    )
-    .await
-    .map_err(|_| format!("PostgreSQL at {PG_URL} did not answer within 2 s"))?
-    .map_err(|e| format!("cannot connect to PostgreSQL at {PG_URL}: {e}"))?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 async fn show(c: &tokio_postgres::Client, setting: &str) -> R<String> {
@@ -547,7 +514,7 @@ fn print_results(s: &Settings, rows: &[Row]) {
 }
 
 async fn main_async(s: Settings) -> R<()> {
-    let admin = admin_client().await?;
+    let admin = pg_client(None).await?;
     let sync_commit = show(&admin, "synchronous_commit").await?;
     let version = show(&admin, "server_version").await?;
     admin
@@ -584,22 +551,5 @@ async fn main_async(s: Settings) -> R<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let s = match parse_args() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("fleet_ops: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    match rt.block_on(main_async(s)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fleet_ops: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run_main("fleet_ops", parse_args, main_async)
 }
