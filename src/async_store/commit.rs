@@ -242,7 +242,7 @@ impl AsyncCommit<'_> {
         self,
         pg: &std::sync::Arc<crate::postgres::PgStore>,
     ) -> Result<Vec<crate::postgres::PgOp>> {
-        use crate::postgres::{HolderChange, PgOp};
+        use crate::postgres::{HolderCall, HolderChange, PgOp};
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -255,44 +255,45 @@ impl AsyncCommit<'_> {
                 .into())
             }
         }
-        Ok(self
-            .ops
+        self.ops
             .into_iter()
-            .map(|op| match op {
-                Op::Entity {
-                    tenant,
-                    id,
-                    expect,
-                    write,
-                } => PgOp::Entity {
-                    tenant,
-                    id,
-                    expect,
-                    write,
-                },
-                Op::Lease { lease, end } => PgOp::Lease {
-                    lease,
-                    change: match end {
-                        FailOrComplete::Complete(r) => HolderChange::Complete(r),
-                        FailOrComplete::Fail(FailKind::Terminal(r)) => {
-                            HolderChange::FailTerminal(r)
-                        }
-                        FailOrComplete::Fail(FailKind::Retryable) => HolderChange::Release,
+            .map(|op| {
+                Ok(match op {
+                    Op::Entity {
+                        tenant,
+                        id,
+                        expect,
+                        write,
+                    } => PgOp::Entity {
+                        tenant,
+                        id,
+                        expect,
+                        write,
                     },
-                },
-                Op::Reserve {
-                    index,
-                    value,
-                    owner,
-                } => {
-                    let parts: Vec<&[u8]> = value.iter().map(Vec::as_slice).collect();
-                    PgOp::Reserve {
+                    Op::Lease { lease, end } => PgOp::Lease {
+                        lease,
+                        call: HolderCall::new(match end {
+                            FailOrComplete::Complete(r) => HolderChange::Complete(r),
+                            FailOrComplete::Fail(FailKind::Terminal(r)) => {
+                                HolderChange::FailTerminal(r)
+                            }
+                            FailOrComplete::Fail(FailKind::Retryable) => HolderChange::Release,
+                        })?,
+                    },
+                    Op::Reserve {
                         index,
-                        value: crate::format::composite(&parts),
+                        value,
                         owner,
+                    } => {
+                        let parts: Vec<&[u8]> = value.iter().map(Vec::as_slice).collect();
+                        PgOp::Reserve {
+                            index,
+                            value: crate::format::composite(&parts),
+                            owner,
+                        }
                     }
-                }
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -9,14 +9,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use tokio_postgres::types::ToSql;
-
 use super::entities::{condition, WriteOutcome};
-use super::{classify, from_i64, lost_lease, ns_code, statements as sql, to_i64, PgStore};
-use super::{encode_meta, HolderChange};
+use super::HolderCall;
+use super::{classify, from_i64, lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
 use crate::commit::CommitConflict;
 use crate::error::{corrupted, Error, Result};
 use crate::record::Lease;
+use crate::unique::Reservation;
 use crate::versions::{Expect, StoredEntity, Version};
 
 /// One operation of a commit, as PostgreSQL runs it.
@@ -35,7 +34,7 @@ pub(crate) enum PgOp {
         owner: Vec<u8>,
     },
     /// The end of a lease: completion, terminal failure or release.
-    Lease { lease: Lease, change: HolderChange },
+    Lease { lease: Lease, call: HolderCall },
 }
 
 impl PgOp {
@@ -45,11 +44,7 @@ impl PgOp {
             PgOp::Entity { write: None, .. } => sql::ENTITY_HOLD,
             PgOp::Entity { .. } => sql::ENTITY_PUT,
             PgOp::Reserve { .. } => sql::RESERVE,
-            PgOp::Lease { change, .. } => match change {
-                HolderChange::Complete(_) => sql::COMPLETE,
-                HolderChange::FailTerminal(_) => sql::FAIL,
-                _ => sql::RELEASE,
-            },
+            PgOp::Lease { call, .. } => call.sql,
         }
     }
 
@@ -88,16 +83,6 @@ async fn join_all<F: Future + Unpin>(mut futs: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     out.into_iter().flatten().collect()
-}
-
-/// Runs one prepared statement on `c`; its row, if any.
-async fn one(
-    c: &deadpool_postgres::Object,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Option<tokio_postgres::Row>> {
-    let st = c.prepare_cached(sql).await.map_err(classify)?;
-    c.query_opt(&st, params).await.map_err(classify)
 }
 
 impl PgStore {
@@ -253,64 +238,29 @@ impl PgStore {
                 index,
                 value,
                 owner,
-            } => {
-                let none_ns: Option<i16> = None;
-                let none_bytes: Option<Vec<u8>> = None;
-                let none_fence: Option<i64> = None;
-                let row = self
-                    .timed(one(
-                        c,
-                        sql::RESERVE,
-                        &[
-                            &index,
-                            &value,
-                            &owner,
-                            &none_ns,
-                            &none_bytes,
-                            &none_bytes,
-                            &none_fence,
-                            &now,
-                        ],
-                    ))
+            } => Ok(
+                match self
+                    .timed(self.reserve_on(c, &index, &value, &owner, None))
                     .await?
-                    .ok_or_else(|| corrupted("idemdb_reserve", "no row"))?;
-                Ok(match row.get::<_, i16>("outcome") {
-                    0 => Ok(None),
-                    1 => Err(CommitConflict::Taken {
-                        op: i,
-                        owner: row.get::<_, Option<Vec<u8>>>("owner").unwrap_or_default(),
-                    }),
-                    other => {
+                {
+                    Ok(Reservation::Taken { owner }) => Err(CommitConflict::Taken { op: i, owner }),
+                    Ok(_) => Ok(None),
+                    Err(lost) => {
                         return Err(corrupted(
                             "idemdb_reserve",
-                            format!("outcome {other} for a plain reservation"),
+                            format!("a plain reservation answered {lost:?}"),
                         ))
                     }
-                })
-            }
-            PgOp::Lease { lease, change } => {
+                },
+            ),
+            PgOp::Lease { lease, call } => {
                 if lease.store_id != self.store_id {
                     return Err(Error::ForeignLease);
                 }
                 let ns = ns_code(lease.ns);
                 let fence = to_i64("fence", lease.fence)?;
-                let (statement, body, meta) = match change {
-                    HolderChange::Complete(r) => {
-                        (sql::COMPLETE, Some(r.body), Some(encode_meta(&r.meta)))
-                    }
-                    HolderChange::FailTerminal(r) => {
-                        (sql::FAIL, Some(r.body), Some(encode_meta(&r.meta)))
-                    }
-                    HolderChange::Release => (sql::RELEASE, None, None),
-                    _ => return Err(Error::Engine("a commit only ends leases".into())),
-                };
-                let mut params: Vec<&(dyn ToSql + Sync)> =
-                    vec![&ns, &lease.tenant, &lease.key, &fence, &now];
-                if let (Some(b), Some(m)) = (&body, &meta) {
-                    params.push(b);
-                    params.push(m);
-                }
-                if self.timed(one(c, statement, &params)).await?.is_some() {
+                let params = call.params([&ns, &lease.tenant, &lease.key, &fence, &now]);
+                if self.timed(one(c, call.sql, &params)).await?.is_some() {
                     return Ok(Ok(None));
                 }
                 let row = self

@@ -233,6 +233,84 @@ fn checkpoint(phase: Option<String>, state: Option<Vec<u8>>) -> Option<Checkpoin
     })
 }
 
+/// A holder's call as its statement and the values of its own (the change's values move into
+/// them: no copy of a response), shared by the holder's calls and a commit's lease endings.
+pub(crate) struct HolderCall {
+    pub(crate) sql: &'static str,
+    bytes: Option<Vec<u8>>,
+    meta: Option<Vec<String>>,
+    ms: Option<i64>,
+    text: Option<String>,
+}
+
+impl HolderCall {
+    pub(crate) fn new(change: HolderChange) -> Result<HolderCall> {
+        let call = |sql, bytes, meta, ms, text| HolderCall {
+            sql,
+            bytes,
+            meta,
+            ms,
+            text,
+        };
+        Ok(match change {
+            HolderChange::Complete(r) => call(
+                statements::COMPLETE,
+                Some(r.body),
+                Some(encode_meta(&r.meta)),
+                None,
+                None,
+            ),
+            HolderChange::FailTerminal(r) => call(
+                statements::FAIL,
+                Some(r.body),
+                Some(encode_meta(&r.meta)),
+                None,
+                None,
+            ),
+            HolderChange::Release => call(statements::RELEASE, None, None, None, None),
+            HolderChange::Renew(extra) => call(
+                statements::RENEW,
+                None,
+                None,
+                Some(to_i64("renewal", extra)?),
+                None,
+            ),
+            HolderChange::Checkpoint(cp) => call(
+                statements::CHECKPOINT,
+                Some(cp.state),
+                None,
+                None,
+                Some(cp.phase),
+            ),
+        })
+    }
+
+    /// The statement's parameters: the five every holder's statement shares (namespace, tenant,
+    /// key, fence, test clock), then its own.
+    pub(crate) fn params<'a>(
+        &'a self,
+        head: [&'a (dyn ToSql + Sync); 5],
+    ) -> Vec<&'a (dyn ToSql + Sync)> {
+        let own: Vec<&(dyn ToSql + Sync)> = match (&self.bytes, &self.meta, &self.ms, &self.text) {
+            (Some(b), Some(m), _, _) => vec![b, m],
+            (Some(b), None, _, Some(t)) => vec![t, b],
+            (_, _, Some(ms), _) => vec![ms],
+            _ => Vec::new(),
+        };
+        head.into_iter().chain(own).collect()
+    }
+}
+
+/// Runs one prepared statement on `c`; its row, if any.
+pub(super) async fn one(
+    c: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<tokio_postgres::Row>> {
+    let st = c.prepare_cached(sql).await.map_err(classify)?;
+    c.query_opt(&st, params).await.map_err(classify)
+}
+
 /// Why a lease with fence `ours` is no longer held, from its row as read (`state`, `fence`,
 /// `expired`; `NULL` when there is no row): `None` when the row says it still is (the caller
 /// asks again).
@@ -578,50 +656,11 @@ impl PgStore {
         }
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
-        // The change's values move into the statement's parameters (no copy of a response).
-        let (sql, bytes, meta, ms, text) = match change {
-            HolderChange::Complete(r) => (
-                statements::COMPLETE,
-                Some(r.body),
-                Some(encode_meta(&r.meta)),
-                None,
-                None,
-            ),
-            HolderChange::FailTerminal(r) => (
-                statements::FAIL,
-                Some(r.body),
-                Some(encode_meta(&r.meta)),
-                None,
-                None,
-            ),
-            HolderChange::Release => (statements::RELEASE, None, None, None, None),
-            HolderChange::Renew(extra) => (
-                statements::RENEW,
-                None,
-                None,
-                Some(to_i64("renewal", extra)?),
-                None,
-            ),
-            HolderChange::Checkpoint(cp) => (
-                statements::CHECKPOINT,
-                Some(cp.state),
-                None,
-                None,
-                Some(cp.phase),
-            ),
-        };
+        let call = HolderCall::new(change)?;
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let head: [&(dyn ToSql + Sync); 5] = [&ns_c, &lease.tenant, &lease.key, &fence, &now];
-            // Each statement's own values follow the five it shares with the others.
-            let own: Vec<&(dyn ToSql + Sync)> = match (&bytes, &meta, &ms, &text) {
-                (Some(b), Some(m), _, _) => vec![b, m],
-                (Some(b), None, _, Some(t)) => vec![t, b],
-                (_, _, Some(ms), _) => vec![ms],
-                _ => Vec::new(),
-            };
-            let params: Vec<&(dyn ToSql + Sync)> = head.into_iter().chain(own).collect();
-            if let Some(row) = self.query(sql, &params).await? {
+            let params = call.params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
+            if let Some(row) = self.query(call.sql, &params).await? {
                 return Ok(Ok(from_i64("lease_until", row.get("lease_until"))?));
             }
             // It applied to nothing: read why.

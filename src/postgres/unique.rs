@@ -4,16 +4,32 @@
 //! `idemdb_release_reservation`, migration 3); a reservation bound to a lease frees itself when
 //! the lease ends, with no write.
 
-use super::{lost_lease, ns_code, statements as sql, to_i64, PgStore};
+use super::{lost_lease, ns_code, one, pool_error, statements as sql, to_i64, PgStore};
 use crate::error::{Error, Result};
 use crate::record::{Lease, LeaseLost};
 use crate::unique::{Released, Reservation};
 
 impl PgStore {
     /// Reserves `value` (its composite encoding) in `index` for `owner`, or for the holder of
-    /// `lease` (then `owner` is empty).
+    /// `lease` (then `owner` is empty), on a pooled connection.
     pub(crate) async fn reserve(
         &self,
+        index: &[u8],
+        value: &[u8],
+        owner: &[u8],
+        lease: Option<&Lease>,
+    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+        self.timed(async {
+            let c = self.pool.get().await.map_err(pool_error)?;
+            self.reserve_on(&c, index, value, owner, lease).await
+        })
+        .await
+    }
+
+    /// [`PgStore::reserve`] on the connection `c` (a commit's transaction, or a pooled one).
+    pub(crate) async fn reserve_on(
+        &self,
+        c: &deadpool_postgres::Object,
         index: &[u8],
         value: &[u8],
         owner: &[u8],
@@ -29,13 +45,13 @@ impl PgStore {
             lease.map(|l| l.key.as_slice()),
         );
         let now = self.now_param();
-        let row = self
-            .query(
-                sql::RESERVE,
-                &[&index, &value, &owner, &ns, &tenant, &key, &fence, &now],
-            )
-            .await?
-            .ok_or_else(|| Error::Engine("PostgreSQL: idemdb_reserve returned no row".into()))?;
+        let row = one(
+            c,
+            sql::RESERVE,
+            &[&index, &value, &owner, &ns, &tenant, &key, &fence, &now],
+        )
+        .await?
+        .ok_or_else(|| Error::Engine("PostgreSQL: idemdb_reserve returned no row".into()))?;
         match row.get::<_, i16>("outcome") {
             0 => Ok(Ok(Reservation::Reserved)),
             1 => Ok(Ok(Reservation::Taken {
