@@ -25,6 +25,11 @@ use crate::clock::Millis;
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::format::Namespace;
+#[cfg(feature = "postgres")]
+use crate::metrics::Metrics;
+#[cfg(feature = "postgres")]
+use crate::observe::lease_outcome;
+use crate::observe::{Op, OpKind, Stamp};
 use crate::record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
 };
@@ -40,6 +45,9 @@ pub struct AsyncStore {
     /// PostgreSQL only: the local replay tier, if configured.
     #[cfg(feature = "postgres")]
     tier: Option<Arc<crate::replay_tier::ReplayTier>>,
+    /// PostgreSQL only: this process's outcome counters (the embedded store keeps its own).
+    #[cfg(feature = "postgres")]
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 #[derive(Clone)]
@@ -56,6 +64,8 @@ impl From<Store> for AsyncStore {
             backend: Backend::Embedded(store),
             #[cfg(feature = "postgres")]
             tier: None,
+            #[cfg(feature = "postgres")]
+            metrics: Arc::default(),
         }
     }
 }
@@ -77,8 +87,13 @@ impl AsyncStore {
             cfg.validate()?;
             let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
             let pg = Arc::new(crate::postgres::PgStore::open(&settings, clock).await?);
+            let metrics = Arc::new(crate::metrics::Metrics::default());
             if let Some(every) = cfg.sweep_interval {
-                tokio::spawn(sweep_in_background(Arc::downgrade(&pg), every));
+                tokio::spawn(sweep_in_background(
+                    Arc::downgrade(&pg),
+                    Arc::downgrade(&metrics),
+                    every,
+                ));
             }
             let tier = (settings.tier_bytes > 0).then(|| {
                 Arc::new(crate::replay_tier::ReplayTier::new(
@@ -90,6 +105,7 @@ impl AsyncStore {
                 backend: Backend::Postgres(pg),
                 cfg: Arc::new(cfg),
                 tier,
+                metrics,
             });
         }
         let store = match cfg.durability {
@@ -185,8 +201,13 @@ impl AsyncStore {
             }
             Backend::Embedded(s) => {
                 // A replay or mismatch needs no write, so it is read inline (no sync); only a
-                // claim that may write (and sync) goes to the blocking pool.
+                // claim that may write (and sync) goes to the blocking pool (where the claim has
+                // its own span).
+                let asked = Stamp::now();
                 if let Ok(Some(answer)) = s.peek_final(ns, tenant, key, fingerprint) {
+                    Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key)
+                        .since(asked)
+                        .end(answer.outcome());
                     return Ok(answer);
                 }
                 let (t, k, f) = (tenant.to_vec(), key.to_vec(), fingerprint.to_vec());
@@ -197,41 +218,98 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let (lease_ms, retention_ms) =
-                    crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
-                let tier = self.tier.clone();
-                if let Some(tier) = &tier {
-                    let test_now = self
-                        .cfg
-                        .postgres_test_clock
-                        .then(|| self.cfg.clock.now_millis());
-                    if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
-                        return Ok(answer);
-                    }
+                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+                let claim = self
+                    .claim_on_postgres(pg, ns, tenant, key, fingerprint, opts, on_release)
+                    .await;
+                if let Ok(Claim::Acquired(l)) = &claim {
+                    op.fence(l.fence);
                 }
-                let (pg, t, k, f) = (
-                    pg.clone(),
-                    tenant.to_vec(),
-                    key.to_vec(),
-                    fingerprint.to_vec(),
-                );
-                let (store, on_release) = (self.clone(), on_release.clone());
-                Detached::new(async move {
-                    let (claim, expires_at, now) =
-                        pg.claim(ns, &t, &k, &f, lease_ms, retention_ms).await?;
-                    if let Some(tier) = tier {
-                        tier.put(ns as u8, &t, &k, &f, &claim, expires_at, now);
-                    }
-                    Ok(claim)
-                })
-                .then_if_dropped(move |claim| async move {
-                    if let Ok(Claim::Acquired(lease)) = claim {
-                        store.release_abandoned(lease, on_release).await;
-                    }
-                })
-                .await
+                op.end_with(claim, Claim::outcome)
             }
         }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_on_postgres(
+        &self,
+        pg: &Arc<crate::postgres::PgStore>,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+        on_release: &OnRelease,
+    ) -> Result<Claim> {
+        let (lease_ms, retention_ms) =
+            crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+        let tier = self.tier.clone();
+        if let Some(tier) = &tier {
+            let test_now = self
+                .cfg
+                .postgres_test_clock
+                .then(|| self.cfg.clock.now_millis());
+            if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
+                self.metrics.count_claim(&answer);
+                return Ok(answer);
+            }
+        }
+        let (pg, t, k, f) = (
+            pg.clone(),
+            tenant.to_vec(),
+            key.to_vec(),
+            fingerprint.to_vec(),
+        );
+        let (store, on_release) = (self.clone(), on_release.clone());
+        let metrics = self.metrics.clone();
+        Detached::new(async move {
+            let (claim, expires_at, now) = pg.claim(ns, &t, &k, &f, lease_ms, retention_ms).await?;
+            // Counted here, so a claim whose caller went away is counted too.
+            metrics.count_claim(&claim);
+            if let Some(tier) = tier {
+                tier.put(ns as u8, &t, &k, &f, &claim, expires_at, now);
+            }
+            Ok(claim)
+        })
+        .then_if_dropped(move |claim| async move {
+            if let Ok(Claim::Acquired(lease)) = claim {
+                store.release_abandoned(lease, on_release).await;
+            }
+        })
+        .await
+    }
+
+    /// A lease holder's call on PostgreSQL (`checked`: the arguments' check), in its span and
+    /// counted as the embedded store counts it; the lease's new end if it applied.
+    #[cfg(feature = "postgres")]
+    async fn held(
+        &self,
+        pg: &crate::postgres::PgStore,
+        lease: &Lease,
+        checked: Result<()>,
+        change: crate::postgres::HolderChange,
+    ) -> Result<LeaseResult<Millis>> {
+        use crate::postgres::HolderChange as H;
+        let m = &self.metrics;
+        let (kind, ok, count) = match &change {
+            H::Complete(_) => (OpKind::Complete, "completed", &m.completed),
+            H::Release => (OpKind::Fail, "released", &m.failed_retryable),
+            H::FailTerminal(_) => (OpKind::Fail, "failed", &m.failed_terminal),
+            H::Renew(_) => (OpKind::Renew, "renewed", &m.renewed),
+            H::Checkpoint(_) => (OpKind::Checkpoint, "checkpointed", &m.checkpointed),
+        };
+        let op = Op::held(kind, &self.cfg, lease);
+        let r = match checked {
+            Ok(()) => pg.holder(lease, change).await,
+            Err(e) => Err(e),
+        };
+        match &r {
+            Ok(Ok(_)) => Metrics::bump(count),
+            Ok(Err(_)) => Metrics::bump(&m.lease_lost),
+            Err(_) => {}
+        }
+        op.end_with(r, lease_outcome(ok))
     }
 
     /// Releases a lease acquired for a caller that went away, and reports the outcome.
@@ -249,11 +327,9 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                crate::requests::check_response(&self.cfg, "response", &response)?;
-                Ok(pg
-                    .holder(lease, crate::postgres::HolderChange::Complete(response))
-                    .await?
-                    .map(drop))
+                let checked = crate::requests::check_response(&self.cfg, "response", &response);
+                let change = crate::postgres::HolderChange::Complete(response);
+                Ok(self.held(pg, lease, checked, change).await?.map(drop))
             }
         }
     }
@@ -267,14 +343,14 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let change = match kind {
-                    FailKind::Retryable => crate::postgres::HolderChange::Release,
-                    FailKind::Terminal(r) => {
-                        crate::requests::check_response(&self.cfg, "failure", &r)?;
-                        crate::postgres::HolderChange::FailTerminal(r)
-                    }
+                let (checked, change) = match kind {
+                    FailKind::Retryable => (Ok(()), crate::postgres::HolderChange::Release),
+                    FailKind::Terminal(r) => (
+                        crate::requests::check_response(&self.cfg, "failure", &r),
+                        crate::postgres::HolderChange::FailTerminal(r),
+                    ),
                 };
-                Ok(pg.holder(lease, change).await?.map(drop))
+                Ok(self.held(pg, lease, checked, change).await?.map(drop))
             }
         }
     }
@@ -291,12 +367,10 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                crate::record::check_duration("renewal", extra, self.cfg.max_lease)?;
+                let checked = crate::record::check_duration("renewal", extra, self.cfg.max_lease);
                 let ms = crate::clock::duration_millis(extra);
-                match pg
-                    .holder(lease, crate::postgres::HolderChange::Renew(ms))
-                    .await?
-                {
+                let change = crate::postgres::HolderChange::Renew(ms);
+                match self.held(pg, lease, checked, change).await? {
                     Ok(until) => until,
                     Err(lost) => return Ok(Err(lost)),
                 }
@@ -322,11 +396,9 @@ impl AsyncStore {
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
                 let cp = Checkpoint { phase, state };
-                crate::requests::check_checkpoint(&self.cfg, &cp)?;
-                Ok(pg
-                    .holder(lease, crate::postgres::HolderChange::Checkpoint(cp))
-                    .await?
-                    .map(drop))
+                let checked = crate::requests::check_checkpoint(&self.cfg, &cp);
+                let change = crate::postgres::HolderChange::Checkpoint(cp);
+                Ok(self.held(pg, lease, checked, change).await?.map(drop))
             }
         }
     }
@@ -362,7 +434,11 @@ impl AsyncStore {
                 if let Some(tier) = &self.tier {
                     tier.remove(Namespace::Requests as u8, tenant, key);
                 }
-                pg.forget(Namespace::Requests, tenant, key).await
+                let found = pg.forget(Namespace::Requests, tenant, key).await?;
+                if found {
+                    Metrics::bump(&self.metrics.forgotten);
+                }
+                Ok(found)
             }
         }
     }
@@ -393,9 +469,37 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => blocking(s, move |s| s.sweep(limit)).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.sweep(limit).await,
+            Backend::Postgres(pg) => sweep_counted(pg, &self.metrics, limit).await,
         }
     }
+
+    /// This process's outcome counters since the store was opened: the embedded store's own
+    /// ([`Store::stats`]), or, on PostgreSQL, those of the calls made through this handle and
+    /// its clones (other instances count their own; the database's totals are
+    /// [`AsyncStore::postgres_stats`]).
+    pub fn counters(&self) -> Result<crate::metrics::Counters> {
+        match &self.backend {
+            Backend::Embedded(s) => Ok(s.stats()?.counters),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Ok(self.metrics.snapshot()),
+        }
+    }
+}
+
+/// A sweep on PostgreSQL, in its span and counted.
+#[cfg(feature = "postgres")]
+async fn sweep_counted(
+    pg: &crate::postgres::PgStore,
+    metrics: &crate::metrics::Metrics,
+    limit: usize,
+) -> Result<usize> {
+    let op = Op::unkeyed(OpKind::Sweep);
+    let r = pg.sweep(limit).await;
+    if let Ok(n) = &r {
+        metrics.swept.add(*n as u64);
+        op.count(*n as u64);
+    }
+    op.end_with(r, |_| "swept")
 }
 
 /// The PostgreSQL store's sweeper: every `every`, batches of expired rows are deleted until a
@@ -403,15 +507,21 @@ impl AsyncStore {
 /// (database unavailable) waits for the next tick. Instances that sweep at the same moment skip
 /// each other's rows (`SKIP LOCKED`).
 #[cfg(feature = "postgres")]
-async fn sweep_in_background(pg: std::sync::Weak<crate::postgres::PgStore>, every: Duration) {
+async fn sweep_in_background(
+    pg: std::sync::Weak<crate::postgres::PgStore>,
+    metrics: std::sync::Weak<crate::metrics::Metrics>,
+    every: Duration,
+) {
     const BATCH: usize = 1_000;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick is immediate: sweep one interval after opening
     loop {
         tick.tick().await;
-        let Some(pg) = pg.upgrade() else { return };
-        while let Ok(BATCH) = pg.sweep(BATCH).await {}
+        let (Some(pg), Some(metrics)) = (pg.upgrade(), metrics.upgrade()) else {
+            return;
+        };
+        while let Ok(BATCH) = sweep_counted(&pg, &metrics, BATCH).await {}
     }
 }
 

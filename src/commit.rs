@@ -8,6 +8,7 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::format;
 use crate::format::{entity_key, Kind};
 use crate::metrics::Metrics;
+use crate::observe::{Op as Traced, OpKind};
 use crate::record::{FailKind, Lease, LeaseLost, Response};
 use crate::store::Store;
 use crate::unique::unique_key;
@@ -216,6 +217,13 @@ impl Commit<'_> {
 
     /// Checks every condition and applies every write, or writes nothing.
     pub fn apply(self) -> Result<std::result::Result<Committed, CommitConflict>> {
+        let op = Traced::unkeyed(OpKind::Commit);
+        op.count(self.ops.len() as u64);
+        let r = self.apply_in();
+        op.end_with(r, |r| if r.is_ok() { "committed" } else { "conflict" })
+    }
+
+    fn apply_in(self) -> Result<std::result::Result<Committed, CommitConflict>> {
         if let Some(e) = self.error {
             return Err(e);
         }

@@ -42,6 +42,9 @@ pub struct Config {
     pub(crate) pending_in_memory: usize,
     pub(crate) duplicate_wait: Duration,
     pub(crate) sweep_interval: Option<Duration>,
+    pub(crate) read_only: bool,
+    pub(crate) trace_tenants: crate::observe::TraceTenants,
+    pub(crate) trace_keys: bool,
     /// Tests and fuzzing only: the in-memory environment holding the database (see
     /// [`Config::in_memory`]); `None` (on disk) for every normal store.
     pub(crate) in_memory: Option<crate::engine::MemEnv>,
@@ -89,6 +92,9 @@ impl Config {
             pending_in_memory: 65_536,
             duplicate_wait: Duration::ZERO,
             sweep_interval: Some(Duration::from_secs(60)),
+            read_only: false,
+            trace_tenants: crate::observe::TraceTenants::Hashed,
+            trace_keys: false,
             in_memory: None,
             #[cfg(feature = "postgres")]
             postgres: None,
@@ -304,6 +310,39 @@ impl Config {
     #[must_use]
     pub fn lock_stripes(mut self, n: usize) -> Self {
         self.lock_stripes = n;
+        self
+    }
+
+    /// Opens the embedded store read-only, as a follower of the directory that another process
+    /// may hold open and keep writing (a RocksDB secondary instance, with its own scratch
+    /// directory under the system's temporary directory, removed on close). It reads what the
+    /// writer had written when it opened, and more after each [`crate::Store::catch_up`]; every
+    /// call that would write (claims included) returns [`crate::Error::ReadOnly`]; it runs no
+    /// background sweep and never writes to the directory. `idemdb inspect` and `idemdb stats`
+    /// open stores this way. A directory that holds no store is refused, not created.
+    /// Default: `false`.
+    #[must_use]
+    pub fn read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
+        self
+    }
+
+    /// How tenants appear in the `tracing` spans of store operations (feature `tracing`,
+    /// docs/operating.md): tenants can be personal data (the HTTP layer's tenant is the caller's
+    /// principal), so by default only a hash of each appears. Default:
+    /// [`TraceTenants::Hashed`](crate::TraceTenants::Hashed).
+    #[must_use]
+    pub fn trace_tenants(mut self, how: crate::observe::TraceTenants) -> Self {
+        self.trace_tenants = how;
+        self
+    }
+
+    /// Whether the spans of store operations carry the key itself (lossy UTF-8) beside its hash.
+    /// Keys can be personal or secret (a payment reference, an email), so they never appear
+    /// unless asked for here; response bytes never appear at all. Default: `false`.
+    #[must_use]
+    pub fn trace_keys(mut self, yes: bool) -> Self {
+        self.trace_keys = yes;
         self
     }
 

@@ -74,10 +74,12 @@ impl Core {
     /// store id, fencing-token and time high-water marks.
     pub(crate) fn open(cfg: Config) -> Result<Core> {
         cfg.validate()?;
-        std::fs::create_dir_all(&cfg.path).map_err(|e| Error::Io {
-            kind: e.kind(),
-            message: format!("cannot create {}: {e}", cfg.path.display()),
-        })?;
+        if !cfg.read_only {
+            std::fs::create_dir_all(&cfg.path).map_err(|e| Error::Io {
+                kind: e.kind(),
+                message: format!("cannot create {}: {e}", cfg.path.display()),
+            })?;
+        }
         let (engine, created) = Engine::open(
             &cfg.path,
             &EngineOptions {
@@ -87,6 +89,7 @@ impl Core {
                 in_memory: cfg.in_memory.clone(),
                 hooks: crate::schema::hooks,
                 format: format::FORMAT,
+                read_only: cfg.read_only,
             },
         )?;
         let store_id = init_meta(&engine, created)?;
@@ -120,7 +123,8 @@ impl Core {
     pub fn now(&self) -> Millis {
         let inner = self;
         let clock = inner.cfg.clock.now_millis();
-        let t = if clock <= inner.time_reserved.load(Ordering::Acquire) {
+        let t = if clock <= inner.time_reserved.load(Ordering::Acquire) || inner.engine.read_only()
+        {
             clock
         } else {
             self.reserve_time(clock)
@@ -477,6 +481,14 @@ fn init_meta(engine: &Engine, created: bool) -> Result<u128> {
                     empty = false;
                     false
                 })?;
+            }
+            if engine.read_only() {
+                return Err(Error::IncompatibleFormat {
+                    found: "no format marker (a store never opened writable, or not an idemdb \
+                            store)"
+                        .into(),
+                    expected: format::FORMAT,
+                });
             }
             if !created && !empty {
                 return Err(Error::IncompatibleFormat {

@@ -89,6 +89,32 @@ pub enum Error {
         /// Why, and what to use instead.
         hint: &'static str,
     },
+    /// The store was opened read-only ([`crate::Config::read_only`]) and this call would write.
+    /// Nothing was changed.
+    ReadOnly,
+}
+
+impl Error {
+    /// A short, stable name of the error's kind, as spans and the `idemdb_errors_total` metric
+    /// label it (docs/operating.md).
+    pub fn class(&self) -> &'static str {
+        match self {
+            Error::InvalidInput(_) => "invalid_input",
+            Error::Corrupted { .. } => "corrupted",
+            Error::IncompatibleFormat { .. } => "incompatible_format",
+            Error::ForeignLease => "foreign_lease",
+            Error::Busy(_) => "busy",
+            Error::Io { .. } => "io",
+            Error::Contention { .. } => "contention",
+            Error::Engine(_) => "engine",
+            Error::Encoding { .. } => "encoding",
+            Error::InUse { .. } => "in_use",
+            Error::Unavailable { .. } => "unavailable",
+            Error::SchemaMismatch { .. } => "schema_mismatch",
+            Error::Unsupported { .. } => "unsupported",
+            Error::ReadOnly => "read_only",
+        }
+    }
 }
 
 /// Which argument was rejected, and why.
@@ -193,6 +219,12 @@ impl fmt::Display for Error {
             Error::Unsupported { operation, hint } => {
                 write!(f, "{operation} is not available on this store: {hint}")
             }
+            Error::ReadOnly => write!(
+                f,
+                "this store was opened read-only (Config::read_only, as `idemdb inspect` and \
+                 `idemdb stats` open it) and the call would write; nothing was changed: open it \
+                 writable, in the process that owns the directory"
+            ),
         }
     }
 }

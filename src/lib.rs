@@ -55,9 +55,11 @@ mod error;
 mod format;
 #[cfg(feature = "http")]
 pub mod http;
+mod inspect;
 mod keys;
 mod maintenance;
 mod metrics;
+mod observe;
 mod offsets;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -81,8 +83,10 @@ pub use commit::{Commit, CommitConflict, Committed};
 pub use config::{Config, Durability};
 pub use consumer::{Begin, ConsumerOptions, MessageFailed};
 pub use error::{Error, InvalidInput, Result};
+pub use inspect::{DataKind, Detail, Item};
 pub use keys::{derive_key, fingerprint, mint_key};
 pub use metrics::{Counters, Stats};
+pub use observe::{trace_key_hash, TraceTenants};
 pub use offsets::OffsetWindow;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStats, SqlTransaction, SqlValue};

@@ -4,7 +4,6 @@
 //! sweeper holds the store only while it sweeps (a weak handle otherwise), so it never keeps a
 //! dropped store open.
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -15,6 +14,7 @@ use crate::engine::{Cf, EngineProperty};
 use crate::error::{Error, Result};
 use crate::format;
 use crate::metrics::Stats;
+use crate::observe::{Op, OpKind};
 use crate::store::Store;
 
 impl Store {
@@ -25,6 +25,16 @@ impl Store {
         if limit == 0 {
             return Ok(0);
         }
+        let op = Op::unkeyed(OpKind::Sweep);
+        let swept = self.sweep_in(limit);
+        if let Ok(n) = &swept {
+            op.count(*n as u64);
+        }
+        op.end_with(swept, |_| "swept")
+    }
+
+    fn sweep_in(&self, limit: usize) -> Result<usize> {
+        self.core.engine.check_writable()?;
         // Every entry a sweep visits is deleted, so the next sweep starts where this one stopped
         // instead of walking the deletions again until compaction drops them (the cost grew with
         // every sweep before). An entry written below that point later would have expired before
@@ -76,10 +86,7 @@ impl Store {
         // Expired in-memory records give their memory and their room under the cap back (they
         // read as absent already; what is stored below one expired no later than it did).
         self.core.stripes.drop_expired_volatile(now);
-        self.core
-            .metrics
-            .swept
-            .fetch_add(swept as u64, Ordering::Relaxed);
+        self.core.metrics.swept.add(swept as u64);
         Ok(swept)
     }
 
@@ -96,8 +103,15 @@ impl Store {
         self.core.engine.sync_wal()
     }
 
-    /// Outcome counters and RocksDB's estimates.
+    /// Outcome counters and RocksDB's estimates. With the feature `metrics`, also sets the
+    /// store's gauges (docs/operating.md).
     pub fn stats(&self) -> Result<Stats> {
+        let s = self.stats_in()?;
+        crate::observe::publish_gauges(&s);
+        Ok(s)
+    }
+
+    fn stats_in(&self) -> Result<Stats> {
         let e = &self.core.engine;
         let mut counters = self.core.metrics.snapshot();
         counters.compaction_dropped = e.filtered(Cf::Records);
@@ -114,7 +128,21 @@ impl Store {
             live_sst_bytes,
             memtable_bytes,
             pending_in_memory: self.core.stripes.volatile_count() as u64,
+            sweep_lag_ms: self.sweep_lag()?,
         })
+    }
+
+    /// How far past its expiry the oldest expired record not yet swept is (0: none), from the
+    /// first entry of the expiry index at or after where the last sweep stopped.
+    fn sweep_lag(&self) -> Result<u64> {
+        let from = self.core.sweep_from.lock().clone();
+        let now = self.now();
+        let mut oldest = None;
+        self.core.engine.scan(Cf::Expiry, &from, None, |k, _| {
+            oldest = format::split_index_key(k).map(|(t, _)| t);
+            false
+        })?;
+        Ok(oldest.map_or(0, |t| now.saturating_sub(t)))
     }
 
     /// Counts the records physically present (expired or not) by iterating the records column
@@ -166,6 +194,10 @@ impl Store {
                 let store = Store { core: inner };
                 // A failed sweep is retried next time; expired records stay invisible meanwhile.
                 while matches!(store.sweep(10_000), Ok(n) if n == 10_000) {}
+                // Keeps the gauges current between the application's own `stats` calls.
+                if cfg!(feature = "metrics") {
+                    let _ = store.stats();
+                }
             });
         if let Ok(h) = handle {
             *self.core.sweeper.lock() = Some((tx, h));

@@ -23,6 +23,11 @@ pub struct OffsetWindow {
 }
 
 impl OffsetWindow {
+    /// The offsets processed above the watermark (out of order), ascending.
+    pub fn processed_above(&self) -> impl Iterator<Item = u64> + '_ {
+        self.above.iter().copied()
+    }
+
     /// The committed watermark: every offset at or below it is processed (`None`: not even 0).
     pub fn watermark(&self) -> Option<u64> {
         self.next.checked_sub(1)
@@ -63,7 +68,7 @@ impl OffsetWindow {
         self.normalise();
     }
 
-    fn normalise(&mut self) {
+    pub(crate) fn normalise(&mut self) {
         self.above = self.above.split_off(&self.next);
         // `next` cannot count past `u64::MAX`: once processed, that offset stays in the set.
         while self.next < u64::MAX && self.above.remove(&self.next) {

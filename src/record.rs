@@ -109,6 +109,20 @@ pub struct Lease {
     pub(crate) ns: crate::format::Namespace,
 }
 
+impl Claim {
+    /// The outcome's name, as spans and metrics label it (docs/operating.md).
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            Claim::Acquired(l) if l.takeover => "taken_over",
+            Claim::Acquired(_) => "acquired",
+            Claim::Completed(_) => "replayed",
+            Claim::Failed(_) => "replayed_failure",
+            Claim::InProgress { .. } => "in_progress",
+            Claim::Mismatch => "mismatch",
+        }
+    }
+}
+
 impl Lease {
     pub(crate) fn record_key(&self) -> crate::format::RecordKey {
         crate::format::record_key(self.ns, &self.tenant, &self.key)

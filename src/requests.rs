@@ -15,6 +15,7 @@ use crate::engine::Cf;
 use crate::error::{InvalidInput, Result};
 use crate::format::{self, Namespace};
 use crate::metrics::Metrics;
+use crate::observe::{lease_outcome, Op, OpKind};
 use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
     RecordInfo, Replay, ReplayView, Response, ResponseView, State, StateView,
@@ -75,6 +76,23 @@ impl Store {
         fingerprint: &[u8],
         opts: ClaimOptions,
     ) -> Result<Claim> {
+        let op = Op::start(OpKind::of_claim(ns), &self.core.cfg, tenant, key);
+        let r = self.claim_decide(ns, tenant, key, fingerprint, opts);
+        if let Ok(Claim::Acquired(l)) = &r {
+            op.fence(l.fence);
+        }
+        op.end_with(r, Claim::outcome)
+    }
+
+    fn claim_decide(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+    ) -> Result<Claim> {
+        self.core.engine.check_writable()?;
         let (lease_ms, retention_ms) = check_claim(&self.core.cfg, tenant, key, fingerprint, opts)?;
         let m = &self.core.metrics;
 
@@ -183,15 +201,17 @@ impl Store {
         lease: &Lease,
         response: Response,
     ) -> Result<std::result::Result<(), LeaseLost>> {
-        check_response(&self.core.cfg, "response", &response)?;
-        let r = self.with_lease(lease, true, |rec, now| {
-            rec.complete(response, now);
-            Ok(())
-        })?;
-        if r.is_ok() {
+        let op = Op::held(OpKind::Complete, &self.core.cfg, lease);
+        let r = check_response(&self.core.cfg, "response", &response).and_then(|()| {
+            self.with_lease(lease, true, |rec, now| {
+                rec.complete(response, now);
+                Ok(())
+            })
+        });
+        if let Ok(Ok(())) = r {
             Metrics::bump(&self.core.metrics.completed);
         }
-        Ok(r)
+        op.end_with(r, lease_outcome("completed"))
     }
 
     /// Ends the leased operation as failed: either releases the key for a retry or stores a
@@ -201,15 +221,19 @@ impl Store {
         lease: &Lease,
         kind: FailKind,
     ) -> Result<std::result::Result<(), LeaseLost>> {
-        if let FailKind::Terminal(resp) = &kind {
-            check_response(&self.core.cfg, "failure", resp)?;
-        }
+        let op = Op::held(OpKind::Fail, &self.core.cfg, lease);
         let terminal = matches!(kind, FailKind::Terminal(_));
-        let r = self.with_lease(lease, true, |rec, now| {
-            rec.fail(kind, now);
-            Ok(())
-        })?;
-        if r.is_ok() {
+        let checked = match &kind {
+            FailKind::Terminal(resp) => check_response(&self.core.cfg, "failure", resp),
+            FailKind::Retryable => Ok(()),
+        };
+        let r = checked.and_then(|()| {
+            self.with_lease(lease, true, |rec, now| {
+                rec.fail(kind, now);
+                Ok(())
+            })
+        });
+        if let Ok(Ok(())) = r {
             let m = &self.core.metrics;
             Metrics::bump(if terminal {
                 &m.failed_terminal
@@ -217,7 +241,10 @@ impl Store {
                 &m.failed_retryable
             });
         }
-        Ok(r)
+        op.end_with(
+            r,
+            lease_outcome(if terminal { "failed" } else { "released" }),
+        )
     }
 
     /// Extends the lease to `extra` from now (and the record's retention if it would end
@@ -227,19 +254,24 @@ impl Store {
         lease: &mut Lease,
         extra: Duration,
     ) -> Result<std::result::Result<(), LeaseLost>> {
-        check_duration("renewal", extra, self.core.cfg.max_lease)?;
+        let op = Op::held(OpKind::Renew, &self.core.cfg, lease);
         let extra_ms = duration_millis(extra);
         // A renewal keeps an in-memory record in memory (it has nothing new to keep).
-        let r = self.with_lease(lease, false, |rec, now| {
-            let until = now.saturating_add(extra_ms);
-            rec.state = State::Pending { lease_until: until };
-            rec.expires_at = rec.expires_at.max(until);
-            Ok(until)
-        })?;
-        Ok(r.map(|until| {
-            lease.until = until;
-            Metrics::bump(&self.core.metrics.renewed);
-        }))
+        let r = check_duration("renewal", extra, self.core.cfg.max_lease).and_then(|()| {
+            self.with_lease(lease, false, |rec, now| {
+                let until = now.saturating_add(extra_ms);
+                rec.state = State::Pending { lease_until: until };
+                rec.expires_at = rec.expires_at.max(until);
+                Ok(until)
+            })
+        });
+        let r = r.map(|held| {
+            held.map(|until| {
+                lease.until = until;
+                Metrics::bump(&self.core.metrics.renewed);
+            })
+        });
+        op.end_with(r, lease_outcome("renewed"))
     }
 
     /// Stores a recovery point. Whoever acquires the key after this holder crashes or fails
@@ -254,16 +286,18 @@ impl Store {
             phase: phase.into(),
             state: state.into(),
         };
-        check_checkpoint(&self.core.cfg, &cp)?;
+        let op = Op::held(OpKind::Checkpoint, &self.core.cfg, lease);
         // A recovery point must reach the next acquirer after a crash: written, with the record.
-        let r = self.with_lease(lease, true, |rec, _| {
-            rec.checkpoint = Some(cp);
-            Ok(())
-        })?;
-        if r.is_ok() {
+        let r = check_checkpoint(&self.core.cfg, &cp).and_then(|()| {
+            self.with_lease(lease, true, |rec, _| {
+                rec.checkpoint = Some(cp);
+                Ok(())
+            })
+        });
+        if let Ok(Ok(())) = r {
             Metrics::bump(&self.core.metrics.checkpointed);
         }
-        Ok(r)
+        op.end_with(r, lease_outcome("checkpointed"))
     }
 
     /// Claims, runs `f` if acquired, stores its result, and returns what happened. A duplicate

@@ -28,7 +28,7 @@ impl Store {
                        Config::open_async().await",
             });
         }
-        let sweep_interval = cfg.sweep_interval;
+        let sweep_interval = cfg.sweep_interval.filter(|_| !cfg.read_only);
         let store = Store {
             core: Arc::new(Core::open(cfg)?),
         };
@@ -36,6 +36,13 @@ impl Store {
             store.start_sweeper(every);
         }
         Ok(store)
+    }
+
+    /// For a store opened with [`Config::read_only`]: reads what the process that owns the
+    /// directory wrote since this store opened or last caught up (RocksDB's catch-up of a
+    /// secondary instance). A writable store has nothing to catch up with: `Ok` at once.
+    pub fn catch_up(&self) -> Result<()> {
+        self.core.engine.catch_up()
     }
 
     /// The configuration the store was opened with.

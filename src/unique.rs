@@ -5,12 +5,14 @@
 //! completing, failing, losing or letting the lease expire frees the value; no plain owner and no
 //! other lease (of another tenant with the same key, say) can re-bind or release it.
 
+use crate::observe::{Op, OpKind};
 use serde::{Deserialize, Serialize};
 
 use crate::core::check_holder;
 use crate::engine::Cf;
 use crate::error::Result;
 use crate::format::{self, entity_key, Kind};
+use crate::metrics::Metrics;
 use crate::record::{Lease, LeaseLost, State};
 use crate::store::Store;
 
@@ -27,6 +29,16 @@ pub enum Reservation {
         /// not disclosed: it may belong to another tenant).
         owner: Vec<u8>,
     },
+}
+
+impl Reservation {
+    /// The outcome's name, as spans label it.
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            Reservation::Reserved => "reserved",
+            Reservation::Taken { .. } => "taken",
+        }
+    }
 }
 
 /// The outcome of a release.
@@ -95,10 +107,18 @@ impl Store {
         owner: impl AsRef<[u8]>,
     ) -> Result<Reservation> {
         let (index, owner) = (index.as_ref(), owner.as_ref());
-        let key = self.unique_key_checked(index, value)?;
-        self.core.check_names(index, owner)?;
-        let _g = self.core.lock(&key);
-        self.put_reservation(&key, StoredReservation::plain(owner.to_vec()))
+        let op = Op::start(
+            OpKind::Reserve,
+            &self.core.cfg,
+            index,
+            &format::composite(value),
+        );
+        let r = self.unique_key_checked(index, value).and_then(|key| {
+            self.core.check_names(index, owner)?;
+            let _g = self.core.lock(&key);
+            self.put_reservation(&key, StoredReservation::plain(owner.to_vec()))
+        });
+        op.end_with(r, Reservation::outcome)
     }
 
     /// Reserves `value` in `index` for as long as `lease` is pending (a partial unique constraint:
@@ -111,8 +131,25 @@ impl Store {
         index: impl AsRef<[u8]>,
         value: &[&[u8]],
     ) -> Result<std::result::Result<Reservation, LeaseLost>> {
-        self.core.check_lease_store(lease)?;
         let index = index.as_ref();
+        let op = Op::start(
+            OpKind::Reserve,
+            &self.core.cfg,
+            index,
+            &format::composite(value),
+        );
+        op.fence(lease.fence());
+        let r = self.reserve_bound(lease, index, value);
+        op.end_with(r, |r| r.as_ref().map_or("lease_lost", Reservation::outcome))
+    }
+
+    fn reserve_bound(
+        &self,
+        lease: &Lease,
+        index: &[u8],
+        value: &[&[u8]],
+    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+        self.core.check_lease_store(lease)?;
         let key = self.unique_key_checked(index, value)?;
         let rkey = lease.record_key().to_vec();
         let mut locked = self
@@ -162,6 +199,23 @@ impl Store {
                 Ok(Released::Released)
             }
         }
+    }
+
+    /// Deletes the reservation of `value` in `index` whatever its owner or state (an operator's
+    /// removal, `idemdb forget --reservation`: a value held by an owner that is gone, or bytes
+    /// that do not decode). Returns whether anything was stored. A lease it was bound to keeps
+    /// its record; only the value is free again.
+    pub fn forget_reservation(&self, index: impl AsRef<[u8]>, value: &[&[u8]]) -> Result<bool> {
+        let key = self.unique_key_checked(index.as_ref(), value)?;
+        let _g = self.core.lock(&key);
+        if self.core.engine().get(Cf::Versions, &key)?.is_none() {
+            return Ok(false);
+        }
+        let mut b = self.core.engine().batch();
+        b.delete(Cf::Versions, &key);
+        self.core.engine().write(b)?;
+        Metrics::bump(&self.core.metrics().forgotten);
+        Ok(true)
     }
 
     /// The old name of [`Store::release_reservation`] (beside lease releases it was ambiguous).

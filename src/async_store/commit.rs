@@ -230,8 +230,13 @@ impl AsyncCommit<'_> {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let tx = crate::postgres::SqlTransaction::deferred(pg.clone()).await?;
-                tx.commit_with(self).await
+                let op = crate::observe::Op::unkeyed(crate::observe::OpKind::Commit);
+                op.count(self.ops.len() as u64);
+                let r = match crate::postgres::SqlTransaction::deferred(pg.clone()).await {
+                    Ok(tx) => tx.commit_with(self).await,
+                    Err(e) => Err(e),
+                };
+                op.end_with(r, |r| if r.is_ok() { "committed" } else { "conflict" })
             }
         }
     }

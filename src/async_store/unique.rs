@@ -5,6 +5,8 @@
 
 use super::{blocking, AsyncStore, Backend, LeaseResult};
 use crate::error::Result;
+#[cfg(feature = "postgres")]
+use crate::observe::{Op, OpKind};
 use crate::record::Lease;
 use crate::unique::{Released, Reservation};
 
@@ -42,14 +44,19 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let encoded = self.unique_value(index, value)?;
-                self.cfg.check_names(index, owner)?;
-                match pg.reserve(index, &encoded, owner, None).await? {
-                    Ok(r) => Ok(r),
-                    Err(lost) => Err(crate::error::Error::Engine(format!(
-                        "PostgreSQL: a plain reservation answered {lost:?}"
-                    ))),
-                }
+                let encoded = crate::format::composite(value);
+                let op = Op::start(OpKind::Reserve, &self.cfg, index, &encoded);
+                let r = async {
+                    let encoded = self.unique_value(index, value)?;
+                    self.cfg.check_names(index, owner)?;
+                    match pg.reserve(index, &encoded, owner, None).await? {
+                        Ok(r) => Ok(r),
+                        Err(lost) => Err(crate::error::Error::Engine(format!(
+                            "PostgreSQL: a plain reservation answered {lost:?}"
+                        ))),
+                    }
+                };
+                op.end_with(r.await, Reservation::outcome)
             }
         }
     }
@@ -71,8 +78,43 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
+                let op = Op::start(
+                    OpKind::Reserve,
+                    &self.cfg,
+                    index,
+                    &crate::format::composite(value),
+                );
+                op.fence(lease.fence);
+                let r = match self.unique_value(index, value) {
+                    Ok(encoded) => pg.reserve(index, &encoded, &[], Some(lease)).await,
+                    Err(e) => Err(e),
+                };
+                op.end_with(r, |r| r.as_ref().map_or("lease_lost", Reservation::outcome))
+            }
+        }
+    }
+
+    /// Deletes the reservation of `value` in `index` whatever its owner, as
+    /// [`Store::forget_reservation`](crate::Store::forget_reservation); whether one was stored.
+    pub async fn forget_reservation(
+        &self,
+        index: impl AsRef<[u8]>,
+        value: &[&[u8]],
+    ) -> Result<bool> {
+        let index = index.as_ref();
+        match &self.backend {
+            Backend::Embedded(s) => {
+                let (i, v) = (index.to_vec(), owned(value));
+                blocking(s, move |s| s.forget_reservation(i, &parts(&v))).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
                 let encoded = self.unique_value(index, value)?;
-                pg.reserve(index, &encoded, &[], Some(lease)).await
+                let found = pg.forget_reservation(index, &encoded).await?;
+                if found {
+                    crate::metrics::Metrics::bump(&self.metrics.forgotten);
+                }
+                Ok(found)
             }
         }
     }

@@ -78,6 +78,9 @@ pub(crate) struct EngineOptions {
     pub hooks: fn(Cf) -> CfHooks,
     /// The store format this build writes, named when a directory holds something else.
     pub format: u8,
+    /// Open as a read-only follower (a RocksDB secondary instance) of a database another process
+    /// may hold open; every write is refused with [`Error::ReadOnly`].
+    pub read_only: bool,
 }
 
 /// RocksDB's in-memory environment (`NewMemEnv`): files live in a map owned by the environment,
@@ -159,6 +162,9 @@ pub(crate) struct Engine {
     cutoff: Arc<AtomicU64>,
     /// How many entries each column family's compaction filter dropped since open.
     dropped: [Arc<AtomicU64>; 5],
+    /// A read-only follower's scratch directory (RocksDB's secondary path), removed on drop;
+    /// `None` for a writable database.
+    secondary: Option<std::path::PathBuf>,
 }
 
 pub(crate) const META_FORMAT: &[u8] = b"format";
@@ -194,6 +200,14 @@ impl Engine {
             },
         };
         let exists = found.is_some();
+        if opts.read_only && !exists {
+            return Err(Error::InvalidInput(crate::error::InvalidInput::Config(
+                format!(
+                    "{} holds no idemdb store to open read-only (no RocksDB CURRENT file)",
+                    path.display()
+                ),
+            )));
+        }
         if let Some(found) = found {
             if let Some(other) = found
                 .iter()
@@ -230,7 +244,38 @@ impl Engine {
             let o = cf_options(cf, opts, &cache, &cutoff, &counter);
             ColumnFamilyDescriptor::new(cf.name(), o)
         });
-        let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(classify)?;
+        let (db, secondary) = if opts.read_only {
+            // A follower: RocksDB's secondary instance reads the primary's files and tails its
+            // MANIFEST and WAL; it needs a directory of its own (for its info log) and every
+            // table file open (`max_open_files` -1), and it never writes to `path`.
+            db_opts.create_if_missing(false);
+            db_opts.create_missing_column_families(false);
+            db_opts.set_max_open_files(-1);
+            // Unique among the followers alive on this machine: the process id and a counter.
+            static FOLLOWERS: AtomicU64 = AtomicU64::new(0);
+            let scratch = std::env::temp_dir().join(format!(
+                "idemdb-follower-{}-{}",
+                std::process::id(),
+                FOLLOWERS.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&scratch).map_err(|e| Error::Io {
+                kind: e.kind(),
+                message: format!("cannot create {}: {e}", scratch.display()),
+            })?;
+            let db = DB::open_cf_descriptors_as_secondary(&db_opts, path, &scratch, descriptors);
+            match db {
+                Ok(db) => (db, Some(scratch)),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    return Err(classify(e));
+                }
+            }
+        } else {
+            (
+                DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(classify)?,
+                None,
+            )
+        };
 
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(opts.sync);
@@ -245,6 +290,7 @@ impl Engine {
                 group: opts.sync.then(group::GroupCommit::default),
                 cutoff,
                 dropped,
+                secondary,
             },
             !exists,
         ))
@@ -274,6 +320,29 @@ impl Engine {
         self.get_with(cf, key, |v| v.map(<[u8]>::to_vec))
     }
 
+    /// Refuses with [`Error::ReadOnly`] if the database was opened read-only.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.secondary.is_some() {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether the database was opened read-only (a follower).
+    pub(crate) fn read_only(&self) -> bool {
+        self.secondary.is_some()
+    }
+
+    /// A follower reads what the primary wrote since it opened or last caught up; a writable
+    /// database has nothing to do.
+    pub(crate) fn catch_up(&self) -> Result<()> {
+        if self.secondary.is_some() {
+            self.db.try_catch_up_with_primary().map_err(classify)?;
+        }
+        Ok(())
+    }
+
     /// An empty batch.
     pub(crate) fn batch(&self) -> Batch<'_> {
         Batch {
@@ -286,6 +355,7 @@ impl Engine {
     /// Applies the batch with the store's durability. Synced batches go through group commit:
     /// concurrent ones share one write and one WAL sync.
     pub(crate) fn write(&self, batch: Batch<'_>) -> Result<()> {
+        self.check_writable()?;
         match &self.group {
             None => self.write_with(batch, &self.write_opts),
             Some(group) => {
@@ -310,6 +380,7 @@ impl Engine {
     }
 
     fn write_with(&self, batch: Batch<'_>, wo: &WriteOptions) -> Result<()> {
+        self.check_writable()?;
         check_complete(&batch)?;
         self.db.write_opt(batch.inner, wo).map_err(classify)
     }
@@ -373,6 +444,7 @@ impl Engine {
     /// Flushes memtables and compacts every column family down to the last level, so the
     /// compaction filters see every key.
     pub(crate) fn compact_all(&self) -> Result<()> {
+        self.check_writable()?;
         let handles: Vec<_> = Cf::ALL.iter().map(|&c| self.cf(c)).collect::<Result<_>>()?;
         self.db
             .flush_cfs_opt(&handles, &FlushOptions::default())
@@ -391,6 +463,7 @@ impl Engine {
     /// full would otherwise keep every WAL file written since its oldest entry on disk until
     /// `max_total_wal_size` forces a flush.
     pub(crate) fn flush_in_background(&self, cf: Cf) -> Result<()> {
+        self.check_writable()?;
         let mut fo = FlushOptions::default();
         fo.set_wait(false);
         self.db.flush_cf_opt(self.cf(cf)?, &fo).map_err(classify)
@@ -398,6 +471,9 @@ impl Engine {
 
     /// Flushes the WAL to disk (sync) so that buffered writes survive power loss from here on.
     pub(crate) fn sync_wal(&self) -> Result<()> {
+        if self.read_only() {
+            return Ok(()); // a follower has no WAL of its own
+        }
         self.db.flush_wal(true).map_err(classify)
     }
 
@@ -418,6 +494,11 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if let Some(scratch) = &self.secondary {
+            // Only the follower's own info log is in there (open files may be unlinked).
+            let _ = std::fs::remove_dir_all(scratch);
+            return;
+        }
         let _ = self.db.flush_wal(true);
         self.db.cancel_all_background_work(true);
     }
@@ -551,6 +632,7 @@ mod tests {
             in_memory: Some(mem.clone()),
             hooks: |_| CfHooks::default(),
             format: 1,
+            read_only: false,
         }
     }
 

@@ -122,8 +122,47 @@ fn push_part(out: &mut Vec<u8>, part: &[u8]) {
     out.extend_from_slice(part);
 }
 
+/// The first bytes of every record key of `tenant` in namespace `ns` (`[u16 BE len][tenant]`,
+/// with the namespace's flag): a range scan from it meets that tenant's records, and only them
+/// while the keys start with it.
+pub(crate) fn record_prefix(ns: Namespace, tenant: &[u8]) -> Vec<u8> {
+    let mut len = u16::try_from(tenant.len()).unwrap_or(u16::MAX);
+    if ns == Namespace::Consumers {
+        len |= CONSUMER_FLAG;
+    }
+    let mut out = len.to_be_bytes().to_vec();
+    out.extend_from_slice(tenant);
+    out
+}
+
+/// Splits a record key into (namespace, tenant, key); `None` if the bytes are not a record key.
+pub(crate) fn split_record_key_ns(bytes: &[u8]) -> Option<(Namespace, &[u8], &[u8])> {
+    let ns = match bytes.first() {
+        Some(b) if u16::from(*b) << 8 & CONSUMER_FLAG != 0 => Namespace::Consumers,
+        Some(_) => Namespace::Requests,
+        None => return None,
+    };
+    let (tenant, key) = split_record_key(bytes)?;
+    Some((ns, tenant, key))
+}
+
+/// Splits a composite value back into its parts; `None` if the bytes are not one.
+pub(crate) fn split_composite(mut bytes: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut parts = Vec::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        if rest.len() < len {
+            return None;
+        }
+        let (part, rest) = rest.split_at(len);
+        parts.push(part);
+        bytes = rest;
+    }
+    Some(parts)
+}
+
 /// Splits a record key back into (tenant, key); `None` if the bytes are not a record key.
-#[cfg_attr(not(any(test, feature = "__internal")), allow(dead_code))]
 pub(crate) fn split_record_key(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (tenant, rest) = take_part(bytes)?;
     let (key, rest) = take_part(rest)?;

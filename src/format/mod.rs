@@ -13,9 +13,7 @@ pub(crate) use bin::{
     to_bincode, unseal_bincode,
 };
 pub(crate) use envelope::{seal, unseal, FORMAT};
-#[cfg(feature = "__internal")]
-pub(crate) use keys::split_record_key;
 pub(crate) use keys::{
-    composite, entity_key, index_bound, index_key, record_key, split_index_key, Kind, Namespace,
-    RecordKey,
+    composite, entity_key, index_bound, index_key, record_key, record_prefix, split_composite,
+    split_index_key, split_record_key, split_record_key_ns, Kind, Namespace, RecordKey,
 };

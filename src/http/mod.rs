@@ -97,7 +97,7 @@ mod service;
 mod stored;
 mod tenant;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::metrics::Count;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -379,28 +379,50 @@ pub struct HttpStats {
     pub abandoned: u64,
 }
 
-#[derive(Default)]
+/// The layer's outcome counters: each also counts `idemdb_http_requests_total{outcome}` in the
+/// `metrics` facade (feature `metrics`) and names the outcome in the request's span.
 pub(crate) struct Counters {
-    pub(crate) passed_through: AtomicU64,
-    pub(crate) executed: AtomicU64,
-    pub(crate) replayed: AtomicU64,
-    pub(crate) in_progress: AtomicU64,
-    pub(crate) mismatched: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    pub(crate) released: AtomicU64,
-    pub(crate) oversized: AtomicU64,
-    pub(crate) lease_lost: AtomicU64,
-    pub(crate) store_errors: AtomicU64,
-    pub(crate) abandoned: AtomicU64,
+    pub(crate) passed_through: Count,
+    pub(crate) executed: Count,
+    pub(crate) replayed: Count,
+    pub(crate) in_progress: Count,
+    pub(crate) mismatched: Count,
+    pub(crate) refused: Count,
+    pub(crate) released: Count,
+    pub(crate) oversized: Count,
+    pub(crate) lease_lost: Count,
+    pub(crate) store_errors: Count,
+    pub(crate) abandoned: Count,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        const M: &str = "idemdb_http_requests_total";
+        Counters {
+            passed_through: Count::new(M, &[("outcome", "passed_through")]),
+            executed: Count::new(M, &[("outcome", "executed")]),
+            replayed: Count::new(M, &[("outcome", "replayed")]),
+            in_progress: Count::new(M, &[("outcome", "in_progress")]),
+            mismatched: Count::new(M, &[("outcome", "mismatched")]),
+            refused: Count::new(M, &[("outcome", "refused")]),
+            released: Count::new(M, &[("outcome", "released")]),
+            oversized: Count::new(M, &[("outcome", "oversized")]),
+            lease_lost: Count::new(M, &[("outcome", "lease_lost")]),
+            store_errors: Count::new(M, &[("outcome", "store_errors")]),
+            abandoned: Count::new(M, &[("outcome", "abandoned")]),
+        }
+    }
 }
 
 impl Counters {
-    pub(crate) fn bump(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+    /// Counts one outcome, and names it in the current request's span.
+    pub(crate) fn bump(c: &Count) {
+        c.add(1);
+        tracing::Span::current().record("outcome", c.label());
     }
 
     fn snapshot(&self) -> HttpStats {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let g = Count::load;
         HttpStats {
             passed_through: g(&self.passed_through),
             executed: g(&self.executed),

@@ -69,7 +69,34 @@ where
         // this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(self.opts.clone(), inner, req))
+        // One span per request (docs/operating.md): the route is the path without its query;
+        // the caller and the key appear only as hashes, and no body bytes at all.
+        let span = tracing::info_span!(
+            target: "idemdb::http",
+            "idemdb.http",
+            method = %req.method(),
+            route = req.uri().path(),
+            principal_hash = tracing::field::Empty,
+            key_hash = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            status = tracing::field::Empty,
+            duration_us = tracing::field::Empty,
+        );
+        let fut = handle(self.opts.clone(), inner, req);
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let started = Instant::now();
+                let reply = fut.await;
+                let span = tracing::Span::current();
+                if let Ok(r) = &reply {
+                    span.record("status", r.status().as_u16());
+                }
+                let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                span.record("duration_us", took);
+                reply
+            },
+            span,
+        ))
     }
 }
 
@@ -109,8 +136,21 @@ where
 
     let (parts, body) = req.into_parts();
     let principal = (opts.principal)(&parts).unwrap_or_default();
+    let span = tracing::Span::current();
+    if !span.is_disabled() && !principal.is_empty() {
+        span.record(
+            "principal_hash",
+            crate::observe::short_hash(&[principal.as_bytes()]).as_str(),
+        );
+    }
     let tenant = match tenant_of(&principal, opts.store.config().max_tenant_len) {
-        Ok(t) => t,
+        Ok(t) => {
+            if !span.is_disabled() {
+                let hash = crate::observe::trace_key_hash(t.as_bytes(), key.as_bytes());
+                span.record("key_hash", hash.as_str());
+            }
+            t
+        }
         Err(NoTenant::Empty) => {
             let detail = "an Idempotency-Key is scoped by the caller, and this request has none";
             return Ok(refuse(
@@ -365,12 +405,7 @@ where
 }
 
 /// Releases the key for a retry and counts why.
-async fn release(
-    opts: &Options,
-    lease: Lease,
-    held_until: Instant,
-    why: &std::sync::atomic::AtomicU64,
-) {
+async fn release(opts: &Options, lease: Lease, held_until: Instant, why: &crate::metrics::Count) {
     let released = |l: &LeaseLost| matches!(l, LeaseLost::Released);
     let done = persist(held_until, released, || {
         opts.store.fail(&lease, FailKind::Retryable)

@@ -457,7 +457,7 @@ impl PgStore {
     }
 
     /// As [`PgStore::query`], for a statement that returns no rows: how many rows it changed.
-    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+    pub(crate) async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         self.timed(async {
             let c = self.pool.get().await.map_err(pool_error)?;
             let st = c.prepare_cached(sql).await.map_err(classify)?;

@@ -217,6 +217,10 @@ pub(crate) const RESERVE: &str = "SELECT outcome, owner, state, fence, expired F
 pub(crate) const RELEASE_RESERVATION: &str = "SELECT outcome, owner FROM \
     idemdb_release_reservation($1::bytea, $2::bytea, $3::bytea, $4::bigint)";
 
+/// $1 index, $2 value: an operator's removal of a reservation, whatever its owner.
+pub(crate) const FORGET_RESERVATION: &str =
+    "DELETE FROM idemdb_unique WHERE index_name = $1::bytea AND value = $2::bytea";
+
 /// $1 index, $2 value, $3 test clock: the owner of a live reservation.
 pub(crate) const RESERVATION_OWNER: &str = concat!(
     "SELECT u.owner FROM idemdb_unique u

@@ -101,6 +101,14 @@ impl PgStore {
         }
     }
 
+    /// Deletes a reservation whatever its owner; whether one was stored.
+    pub(crate) async fn forget_reservation(&self, index: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(self
+            .execute(sql::FORGET_RESERVATION, &[&index, &value])
+            .await?
+            > 0)
+    }
+
     /// The owner of a live reservation (empty when it is bound to a lease).
     pub(crate) async fn reservation_owner(
         &self,

@@ -1,5 +1,6 @@
 //! The operator commands against a store on PostgreSQL (`--postgres URL`): migrate, stats,
-//! sweep, inspect, forget (a request record, or with `--consumer` a consumer message).
+//! sweep, inspect, forget (a request record, or with `--consumer` a consumer message, or with
+//! `--reservation` a unique reservation).
 
 use std::process::ExitCode;
 
@@ -94,33 +95,53 @@ async fn run_async(
         }
         "stats" => {
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
-            let s = store.postgres_stats().await.map_err(err)?;
-            for (name, v) in [
-                ("requests pending", s.requests_pending),
-                ("requests released", s.requests_released),
-                ("requests completed", s.requests_completed),
-                ("requests failed", s.requests_failed),
-                ("messages pending", s.messages_pending),
-                ("messages released", s.messages_released),
-                ("messages completed", s.messages_completed),
-                ("messages failed", s.messages_failed),
-                ("expired awaiting sweep", s.expired_awaiting_sweep),
-                ("entities", s.entities),
-                ("entity tombstones", s.entity_tombstones),
-                ("reservations", s.reservations),
-                ("offset windows", s.offset_windows),
-                ("causal entities", s.causal),
-                ("table bytes", s.table_bytes),
-            ] {
-                println!("{name:<24} {v}");
+            let watch = flag("--watch").is_some();
+            loop {
+                let s = store.postgres_stats().await.map_err(err)?;
+                let rows = [
+                    ("requests pending", s.requests_pending),
+                    ("requests released", s.requests_released),
+                    ("requests completed", s.requests_completed),
+                    ("requests failed", s.requests_failed),
+                    ("messages pending", s.messages_pending),
+                    ("messages released", s.messages_released),
+                    ("messages completed", s.messages_completed),
+                    ("messages failed", s.messages_failed),
+                    ("expired awaiting sweep", s.expired_awaiting_sweep),
+                    ("entities", s.entities),
+                    ("entity tombstones", s.entity_tombstones),
+                    ("reservations", s.reservations),
+                    ("offset windows", s.offset_windows),
+                    ("causal entities", s.causal),
+                    ("table bytes", s.table_bytes),
+                ];
+                if flag("--json").is_some() {
+                    let obj: serde_json::Map<String, serde_json::Value> = rows
+                        .iter()
+                        .map(|(name, v)| (name.replace(' ', "_"), (*v).into()))
+                        .collect();
+                    println!("{}", serde_json::Value::Object(obj));
+                } else {
+                    if watch {
+                        println!("--- {}", store.now().await.map_err(err)?);
+                    }
+                    for (name, v) in rows {
+                        println!("{name:<24} {v}");
+                    }
+                }
+                if !watch {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
-            Ok(ExitCode::SUCCESS)
         }
         "forget" => {
             let (t, k) = pair?;
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
             let found = if flag("--consumer").is_some() {
                 store.forget_message(&t, &k).await
+            } else if flag("--reservation").is_some() {
+                store.forget_reservation(&t, &[k.as_bytes()]).await
             } else {
                 store.forget(&t, &k).await
             }

@@ -2,6 +2,7 @@
 
 mod demo;
 mod fleet;
+mod inspect;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,11 +11,17 @@ use idemdb::{Config, RecordState, Store};
 
 const USAGE: &str = "usage:
   idemdb demo [--db DIR] [--payments N] [--clients N] [--buffered]
-  idemdb stats   --db DIR
-  idemdb inspect --db DIR TENANT KEY
+  idemdb stats   --db DIR [--watch] [--json]
+  idemdb inspect --db DIR [--kind KIND[,KIND..]|all] [--prefix] [--limit N] [--json] [SCOPE [KEY]]
+      KIND: records (default), messages, entities, causal, vectors, reservations, offsets.
+      SCOPE is the tenant, consumer group or index; KEY the key, message id, entity id, the
+      reservation's value (its first part) or the offsets' topic; --prefix matches keys that
+      start with KEY. stats and inspect open the store read-only: they work on a store another
+      process has open.
   idemdb sweep   --db DIR
   idemdb forget  --db DIR TENANT KEY
   idemdb forget  --db DIR --consumer GROUP MESSAGE_ID
+  idemdb forget  --db DIR --reservation INDEX VALUE
 PostgreSQL (fleet mode; URL like postgres://user@host:5432/db):
   idemdb migrate --postgres URL [--to VERSION]   apply the schema (or undo it down to VERSION; 0: all)
   idemdb migrate --postgres URL --status         list the schema steps and when each was applied
@@ -22,7 +29,9 @@ PostgreSQL (fleet mode; URL like postgres://user@host:5432/db):
   idemdb sweep   --postgres URL                  delete expired records in batches
   idemdb inspect --postgres URL TENANT KEY
   idemdb forget  --postgres URL TENANT KEY
-  idemdb forget  --postgres URL --consumer GROUP MESSAGE_ID";
+  idemdb forget  --postgres URL --consumer GROUP MESSAGE_ID
+  idemdb forget  --postgres URL --reservation INDEX VALUE
+  idemdb stats   --postgres URL [--watch] [--json]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -55,11 +64,12 @@ fn parse(args: &[String]) -> Result<Args, String> {
         match a.as_str() {
             "--db" => out.db = Some(it.next().ok_or("--db needs a directory")?.into()),
             "--postgres" => out.postgres = Some(it.next().ok_or("--postgres needs a URL")?.clone()),
-            "--payments" | "--clients" | "--to" => {
-                let v = it.next().ok_or(format!("{a} needs a number"))?;
+            "--payments" | "--clients" | "--to" | "--limit" | "--kind" => {
+                let v = it.next().ok_or(format!("{a} needs a value"))?;
                 out.flags.push((a.clone(), Some(v.clone())));
             }
-            "--buffered" | "--consumer" | "--status" => out.flags.push((a.clone(), None)),
+            "--buffered" | "--consumer" | "--status" | "--reservation" | "--watch" | "--json"
+            | "--prefix" => out.flags.push((a.clone(), None)),
             f if f.starts_with("--") => return Err(format!("unknown flag {f}\n{USAGE}")),
             _ => out.positional.push(a.clone()),
         }
@@ -67,12 +77,46 @@ fn parse(args: &[String]) -> Result<Args, String> {
     Ok(out)
 }
 
+impl Args {
+    fn has(&self, flag: &str) -> bool {
+        self.flags.iter().any(|(f, _)| f == flag)
+    }
+
+    fn value(&self, flag: &str) -> Option<&str> {
+        self.flags
+            .iter()
+            .find(|(f, _)| f == flag)
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
+/// Opens the store at `--db` to change it (sweep, forget). A store another process holds open
+/// cannot be: RocksDB locks the directory for its one writer.
 fn open_existing(db: Option<PathBuf>) -> Result<Store, String> {
     let db = db.ok_or(format!("this command needs --db DIR\n{USAGE}"))?;
     if !db.join("CURRENT").exists() {
         return Err(format!("{} holds no store", db.display()));
     }
+    Config::new(&db).sweep_interval(None).open().map_err(|e| {
+        let text = e.to_string();
+        if text.contains("lock") {
+            format!(
+                "{text}\n{} is open in another process (RocksDB allows one writer): stop it, or \
+                 make this change through it; `idemdb inspect` and `idemdb stats` read a store \
+                 in use",
+                db.display()
+            )
+        } else {
+            text
+        }
+    })
+}
+
+/// Opens the store at `--db` read-only, beside a process that may hold it open.
+fn open_follower(db: Option<PathBuf>) -> Result<Store, String> {
+    let db = db.ok_or(format!("this command needs --db DIR\n{USAGE}"))?;
     Config::new(db)
+        .read_only(true)
         .sweep_interval(None)
         .open()
         .map_err(|e| e.to_string())
@@ -90,7 +134,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     };
     if let Some(url) = &a.postgres {
-        let pair = if cmd == "stats" {
+        let pair = if cmd == "stats" || cmd == "migrate" {
             Ok((String::new(), String::new()))
         } else {
             two(&a)
@@ -122,27 +166,70 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             })
         }
         "stats" => {
-            let s = open_existing(a.db)?.stats().map_err(|e| e.to_string())?;
-            println!("estimated records        {}", s.estimated_records);
-            println!("estimated index entries  {}", s.estimated_index_entries);
-            println!("live SST bytes           {}", s.live_sst_bytes);
-            println!("memtable bytes           {}", s.memtable_bytes);
-            println!("pending in memory        {}", s.pending_in_memory);
-            Ok(ExitCode::SUCCESS)
+            let (watch, as_json) = (a.has("--watch"), a.has("--json"));
+            let store = open_follower(a.db.clone())?;
+            loop {
+                store.catch_up().map_err(|e| e.to_string())?;
+                let s = store.stats().map_err(|e| e.to_string())?;
+                if as_json {
+                    println!("{}", inspect::stats_json(&s));
+                } else {
+                    if watch {
+                        println!("--- {}", store.now());
+                    }
+                    for line in inspect::stats_lines(&s) {
+                        println!("{line}");
+                    }
+                }
+                if !watch {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
         }
         "inspect" => {
-            let (t, k) = two(&a)?;
-            let store = open_existing(a.db)?;
-            match store.get(&t, &k).map_err(|e| e.to_string())? {
-                None => {
-                    println!("no live record for tenant {t:?} key {k:?}");
-                    Ok(ExitCode::FAILURE)
-                }
-                Some(r) => {
-                    print_record(&r);
-                    Ok(ExitCode::SUCCESS)
+            let kinds = inspect::kinds(a.value("--kind"))?;
+            let limit = match a.value("--limit") {
+                None => 1000,
+                Some(v) => v
+                    .parse()
+                    .map_err(|_| format!("--limit {v}: not a number"))?,
+            };
+            let (scope, key) = match a.positional.as_slice() {
+                [] => (None, None),
+                [s] => (Some(s.clone()), None),
+                [s, k] => (Some(s.clone()), Some(k.clone())),
+                _ => return Err(format!("inspect takes at most SCOPE KEY\n{USAGE}")),
+            };
+            let store = open_follower(a.db.clone())?;
+            let mut items = Vec::new();
+            for kind in kinds {
+                let prefix = key.as_deref().unwrap_or_default().as_bytes();
+                let found = store
+                    .scan(kind, scope.as_deref().map(str::as_bytes), prefix, limit)
+                    .map_err(|e| e.to_string())?;
+                let exact = key.is_some() && !a.has("--prefix");
+                items.extend(
+                    found
+                        .into_iter()
+                        .filter(|i| !exact || inspect::matches(i, prefix)),
+                );
+            }
+            if a.has("--json") {
+                let all: Vec<_> = items.iter().map(inspect::item_json).collect();
+                println!("{}", serde_json::Value::Array(all));
+            } else if items.is_empty() {
+                println!("nothing stored there");
+            } else {
+                for item in &items {
+                    println!("{}", inspect::item_line(item));
                 }
             }
+            Ok(if items.is_empty() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         "sweep" => {
             let store = open_existing(a.db)?;
@@ -159,10 +246,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         "forget" => {
             let (t, k) = two(&a)?;
-            let store = open_existing(a.db)?;
-            let consumer = a.flags.iter().any(|(f, _)| f == "--consumer");
-            let found = if consumer {
+            let store = open_existing(a.db.clone())?;
+            let found = if a.has("--consumer") {
                 store.forget_message(&t, &k)
+            } else if a.has("--reservation") {
+                store.forget_reservation(&t, &[k.as_bytes()])
             } else {
                 store.forget(&t, &k)
             }

@@ -1,0 +1,17 @@
+//! Operating idemdb (docs/operating.md): the spans of store operations and HTTP requests, the
+//! metrics of a scripted workload read back through a recorder, `idemdb inspect` and `stats` on a
+//! store another process holds open, and a read-only store's refusals. One module per behaviour;
+//! one of them: `cargo test --release --features http,postgres --test operating <module>`.
+#[path = "../common/mod.rs"]
+mod common;
+#[cfg(feature = "http")]
+#[path = "../common/http.rs"]
+mod http_common;
+mod spans;
+
+#[cfg(feature = "http")]
+mod http_span_names_outcome_and_status_never_bytes;
+mod inspect_reads_every_kind_from_a_store_in_use;
+mod metrics_count_every_outcome_of_a_workload;
+mod read_only_store_refuses_every_write;
+mod spans_carry_decisions_and_hashes_not_keys;
