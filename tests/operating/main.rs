@@ -11,6 +11,7 @@ mod spans;
 
 #[cfg(feature = "http")]
 mod http_span_names_outcome_and_status_never_bytes;
+mod inspect_lists_a_damaged_value_and_goes_on;
 mod inspect_reads_every_kind_from_a_store_in_use;
 mod metrics_count_every_outcome_of_a_workload;
 mod read_only_store_refuses_every_write;
