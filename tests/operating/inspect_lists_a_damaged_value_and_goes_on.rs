@@ -24,6 +24,7 @@ fn damaged_record_beside_good_ones() {
         }
         store
             .put_entity("t", "e", Expect::Any, b"v".to_vec())
+            .unwrap()
             .unwrap();
         store.close().unwrap();
     }
@@ -58,7 +59,10 @@ fn damaged_record_beside_good_ones() {
     }
     // The other kinds are listed as usual, and the damaged record is still reported, not replaced.
     let entities = store.scan(DataKind::Entities, None, b"", 100).unwrap();
-    assert!(matches!(entities[0].detail, Detail::Entity { version: 1, .. }));
+    assert!(matches!(
+        entities[0].detail,
+        Detail::Entity { version: 1, .. }
+    ));
     assert!(store.get("t", "k2").is_err());
     assert!(store.get("t", "k1").unwrap().is_some());
 }
