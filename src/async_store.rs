@@ -30,9 +30,9 @@ use crate::metrics::Metrics;
 #[cfg(feature = "postgres")]
 use crate::observe::lease_outcome;
 use crate::observe::{Op, OpKind, Stamp};
-use crate::record::{
-    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
-};
+#[cfg(feature = "postgres")]
+use crate::record::Checkpoint;
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response};
 use crate::store::Store;
 
 /// A store behind the async API, on disk or on PostgreSQL ([`Config::open_async`]). Cheap to
@@ -693,13 +693,16 @@ impl Drop for PooledClaim {
 /// current runtime, followed by `then` with its output if one was given. Outside a runtime the
 /// rest cannot run. Used for a claim on PostgreSQL whose statement may already be on its way
 /// (`then` releases what it acquired) and by the HTTP layer for a request whose lease is held.
+#[cfg(any(feature = "postgres", feature = "http"))]
 pub(crate) struct Detached<T: Send + 'static> {
     fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
     then: Option<AfterDrop<T>>,
 }
 
+#[cfg(any(feature = "postgres", feature = "http"))]
 type AfterDrop<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+#[cfg(any(feature = "postgres", feature = "http"))]
 impl<T: Send + 'static> Detached<T> {
     pub(crate) fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
         Detached {
@@ -719,6 +722,7 @@ impl<T: Send + 'static> Detached<T> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "http"))]
 impl<T: Send + 'static> Future for Detached<T> {
     type Output = T;
 
@@ -735,6 +739,7 @@ impl<T: Send + 'static> Future for Detached<T> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "http"))]
 impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
         if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {

@@ -47,6 +47,7 @@ pub(crate) fn short_hash(parts: &[&[u8]]) -> String {
 }
 
 /// The tenant as [`Config::trace_tenants`] shows it (`None`: omitted).
+#[cfg(feature = "tracing")]
 pub(crate) fn tenant_label(how: TraceTenants, tenant: &[u8]) -> Option<String> {
     match how {
         TraceTenants::Hashed => Some(short_hash(&[tenant])),
@@ -78,6 +79,7 @@ impl OpKind {
         }
     }
 
+    #[cfg(feature = "metrics")]
     pub(crate) const fn name(self) -> &'static str {
         match self {
             OpKind::Claim => "claim",
@@ -94,12 +96,15 @@ impl OpKind {
 }
 
 /// When something started, for an [`Op`] begun after it (`since`); nothing without the features.
+/// (Only the async API's embedded claim answers before its span begins.)
+#[cfg(feature = "async")]
 #[derive(Clone, Copy)]
 pub(crate) struct Stamp {
     #[cfg(any(feature = "tracing", feature = "metrics"))]
     at: std::time::Instant,
 }
 
+#[cfg(feature = "async")]
 impl Stamp {
     #[inline]
     pub(crate) fn now() -> Stamp {
@@ -115,7 +120,7 @@ impl Stamp {
 /// [`Op::end`] or [`Op::end_with`]; dropped unended (an early return), it records nothing more.
 #[must_use]
 pub(crate) struct Op {
-    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    #[cfg(feature = "metrics")]
     kind: OpKind,
     #[cfg(any(feature = "tracing", feature = "metrics"))]
     start: std::time::Instant,
@@ -180,7 +185,7 @@ impl Op {
         #[cfg(not(any(feature = "tracing", feature = "metrics")))]
         let _ = kind;
         Op {
-            #[cfg(any(feature = "tracing", feature = "metrics"))]
+            #[cfg(feature = "metrics")]
             kind,
             #[cfg(any(feature = "tracing", feature = "metrics"))]
             start: std::time::Instant::now(),
@@ -200,15 +205,20 @@ impl Op {
     }
 
     /// Counts the operation's duration from `stamp` (an answer given before its span began).
+    #[cfg(feature = "async")]
     #[inline]
-    pub(crate) fn since(mut self, stamp: Stamp) -> Op {
+    pub(crate) fn since(self, stamp: Stamp) -> Op {
         #[cfg(any(feature = "tracing", feature = "metrics"))]
-        {
-            self.start = stamp.at;
-        }
+        let op = Op {
+            start: stamp.at,
+            ..self
+        };
         #[cfg(not(any(feature = "tracing", feature = "metrics")))]
-        let _ = stamp;
-        self
+        let op = {
+            let _ = stamp;
+            self
+        };
+        op
     }
 
     /// Records the fencing token the operation acquired or held.
@@ -246,6 +256,8 @@ impl Op {
             #[cfg(feature = "metrics")]
             metrics::histogram!("idemdb_operation_duration_seconds", "op" => self.kind.name())
                 .record(took.as_secs_f64());
+            #[cfg(not(feature = "tracing"))]
+            let _ = outcome;
         }
         #[cfg(not(any(feature = "tracing", feature = "metrics")))]
         let _ = outcome;

@@ -188,7 +188,6 @@ pub(crate) fn seal_causal(cfg: &Config, state: &Siblings) -> Result<Vec<u8>> {
 }
 
 /// A stored causal entity (`None`: never written).
-#[cfg(feature = "postgres")]
 pub(crate) fn decode_causal(bytes: Option<&[u8]>) -> Result<Siblings> {
     bytes.map_or_else(
         || Ok(Siblings::default()),
@@ -197,7 +196,6 @@ pub(crate) fn decode_causal(bytes: Option<&[u8]>) -> Result<Siblings> {
 }
 
 /// A stored replica vector (`None`: never merged).
-#[cfg(feature = "postgres")]
 pub(crate) fn decode_vv(bytes: Option<&[u8]>) -> Result<VersionVector> {
     bytes.map_or_else(
         || Ok(VersionVector::default()),
