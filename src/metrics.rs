@@ -10,7 +10,16 @@ pub(crate) struct Count {
     n: AtomicU64,
     metric: &'static str,
     labels: &'static [(&'static str, &'static str)],
+    /// The facade's key, built on the first increment and kept: the `counter!` macro would build
+    /// it (a heap-allocated label list) on every increment, recorder or not.
+    #[cfg(feature = "metrics")]
+    key: std::sync::OnceLock<metrics::Key>,
 }
+
+/// The metadata of every metric idemdb publishes (what the facade's macros would give it).
+#[cfg(feature = "metrics")]
+pub(crate) static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new("idemdb", metrics::Level::INFO, Some(module_path!()));
 
 impl Count {
     pub(crate) const fn new(
@@ -21,6 +30,8 @@ impl Count {
             n: AtomicU64::new(0),
             metric,
             labels,
+            #[cfg(feature = "metrics")]
+            key: std::sync::OnceLock::new(),
         }
     }
 
@@ -37,7 +48,12 @@ impl Count {
     pub(crate) fn add(&self, by: u64) {
         self.n.fetch_add(by, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(self.metric, self.labels).increment(by);
+        {
+            let key = self
+                .key
+                .get_or_init(|| metrics::Key::from_parts(self.metric, self.labels));
+            metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(by);
+        }
     }
 }
 

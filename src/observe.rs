@@ -79,6 +79,31 @@ impl OpKind {
         }
     }
 
+    /// The key of its `idemdb_operation_duration_seconds{op}` histogram, built once (the
+    /// `histogram!` macro would allocate its label list on every call, recorder or not).
+    #[cfg(feature = "metrics")]
+    fn duration_key(self) -> &'static metrics::Key {
+        macro_rules! key {
+            ($op:literal) => {{
+                static LABELS: [metrics::Label; 1] = [metrics::Label::from_static_parts("op", $op)];
+                static KEY: metrics::Key =
+                    metrics::Key::from_static_parts("idemdb_operation_duration_seconds", &LABELS);
+                &KEY
+            }};
+        }
+        match self {
+            OpKind::Claim => key!("claim"),
+            OpKind::Begin => key!("begin"),
+            OpKind::Complete => key!("complete"),
+            OpKind::Fail => key!("fail"),
+            OpKind::Renew => key!("renew"),
+            OpKind::Checkpoint => key!("checkpoint"),
+            OpKind::Commit => key!("commit"),
+            OpKind::Reserve => key!("reserve"),
+            OpKind::Sweep => key!("sweep"),
+        }
+    }
+
     #[cfg(feature = "metrics")]
     pub(crate) const fn name(self) -> &'static str {
         match self {
@@ -254,8 +279,10 @@ impl Op {
                 );
             }
             #[cfg(feature = "metrics")]
-            metrics::histogram!("idemdb_operation_duration_seconds", "op" => self.kind.name())
-                .record(took.as_secs_f64());
+            metrics::with_recorder(|r| {
+                r.register_histogram(self.kind.duration_key(), &crate::metrics::METADATA)
+            })
+            .record(took.as_secs_f64());
             #[cfg(not(feature = "tracing"))]
             let _ = outcome;
         }
@@ -320,4 +347,23 @@ pub(crate) fn publish_gauges(s: &crate::metrics::Stats) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = s;
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::OpKind;
+
+    /// Each operation's histogram key carries its own name as the `op` label.
+    #[test]
+    fn duration_keys_are_labelled_with_their_operation() {
+        use OpKind::*;
+        for k in [
+            Claim, Begin, Complete, Fail, Renew, Checkpoint, Commit, Reserve, Sweep,
+        ] {
+            let key = k.duration_key();
+            assert_eq!(key.name(), "idemdb_operation_duration_seconds");
+            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+            assert_eq!(labels, [("op", k.name())]);
+        }
+    }
 }

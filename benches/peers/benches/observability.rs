@@ -39,19 +39,27 @@ fn claim_complete(store: &idemdb::Store, n: &AtomicU64) {
     }
 }
 
-fn bench(c: &mut Criterion) {
+/// A new store for each measurement, so that none runs on a store the ones before it filled.
+fn fresh_store() -> (tempfile::TempDir, idemdb::Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Config::new(dir.path())
         .durability(Durability::Buffered)
         .sweep_interval(None)
         .open()
         .unwrap();
+    (dir, store)
+}
+
+fn bench(c: &mut Criterion) {
     let n = AtomicU64::new(0);
     let mut g = c.benchmark_group("claim_complete");
     g.measurement_time(Duration::from_secs(8));
-    g.bench_function("nothing_installed", |b| {
-        b.iter(|| claim_complete(&store, &n))
-    });
+    {
+        let (_dir, store) = fresh_store();
+        g.bench_function("nothing_installed", |b| {
+            b.iter(|| claim_complete(&store, &n))
+        });
+    }
 
     // A recorder for the rest of the process (the facade takes one global recorder).
     let _handle = metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -67,6 +75,7 @@ fn bench(c: &mut Criterion) {
                 .with_writer(std::io::sink)
                 .with_filter(level),
         );
+        let (_dir, store) = fresh_store();
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function(name, |b| b.iter(|| claim_complete(&store, &n)));
         });
