@@ -12,6 +12,7 @@ const KEY: &str = "checkout-77-aa";
 
 #[test]
 fn http_request_spans() {
+    let _serial = crate::serial();
     let capture = Capture::default();
     let _guard = tracing::subscriber::set_default(capture.subscriber());
     // One thread: the spans of the server's tasks reach this thread's subscriber.

@@ -8,6 +8,7 @@ use crate::common;
 
 #[test]
 fn damaged_record_beside_good_ones() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::default();
     {

@@ -105,6 +105,7 @@ fn writer_holds_the_store() {
 
 #[test]
 fn inspect_and_stats_beside_the_writer() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_owned();
     let mut child = KillOnDrop(spawn_child(CHILD, &[("IDEMDB_INSPECT_DIR", path.clone())]));

@@ -16,3 +16,14 @@ mod inspect_reads_every_kind_from_a_store_in_use;
 mod metrics_count_every_outcome_of_a_workload;
 mod read_only_store_refuses_every_write;
 mod spans_carry_decisions_and_hashes_not_keys;
+
+/// Taken by every test of this binary, so they run one at a time. `tracing` caches each
+/// callsite's interest for the whole process: a test that runs store operations with no
+/// subscriber while another test installs its own thread-local one can leave the store's
+/// callsites cached as uninteresting for both (seen: the HTTP span test lost every claim span in
+/// about half of the parallel runs beside the metrics, read-only or damaged-value test).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

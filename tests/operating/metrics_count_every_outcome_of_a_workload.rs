@@ -37,6 +37,7 @@ fn read(recorder: &DebuggingRecorder) -> HashMap<String, f64> {
 
 #[test]
 fn workload() {
+    let _serial = crate::serial();
     let recorder = DebuggingRecorder::new();
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000_000);

@@ -10,6 +10,7 @@ use crate::common::acquire;
 
 #[test]
 fn refusals_and_catch_up() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let writer = Config::new(dir.path())
         .durability(Durability::Synced)

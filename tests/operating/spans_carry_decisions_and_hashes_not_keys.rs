@@ -48,6 +48,7 @@ fn run(cfg: Config) -> Vec<crate::spans::Closed> {
 
 #[test]
 fn by_default() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let spans = run(Config::new(dir.path())
         .durability(Durability::Buffered)
@@ -81,6 +82,7 @@ fn by_default() {
 
 #[test]
 fn when_asked_for() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let spans = run(Config::new(dir.path())
         .durability(Durability::Buffered)
