@@ -14,6 +14,7 @@
 //!   production setup (the target: under 10 %);
 //! - `recorder_debug_subscriber`: the same recorder and a subscriber that records every span of
 //!   every store operation (two per claim + complete, with their hashes), for the record.
+//!
 //! In the plain build the last two have nothing to call: they measure the same as the first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
