@@ -17,39 +17,17 @@
 //!
 //! In the plain build the last two have nothing to call: they measure the same as the first.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use idemdb::{Claim, ClaimOptions, Config, Durability, Response};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::Layer;
 
-fn claim_complete(store: &idemdb::Store, n: &AtomicU64) {
-    let key = n.fetch_add(1, Ordering::Relaxed).to_string();
-    match store
-        .claim("tenant", &key, b"fingerprint", ClaimOptions::default())
-        .unwrap()
-    {
-        Claim::Acquired(l) => store
-            .complete(&l, Response::new(vec![7u8; 256]))
-            .unwrap()
-            .unwrap(),
-        other => panic!("{other:?}"),
-    }
-}
-
-/// A new store for each measurement, so that none runs on a store the ones before it filled.
-fn fresh_store() -> (tempfile::TempDir, idemdb::Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Config::new(dir.path())
-        .durability(Durability::Buffered)
-        .sweep_interval(None)
-        .open()
-        .unwrap();
-    (dir, store)
-}
+#[path = "common/observe_workload.rs"]
+mod workload;
+use workload::{claim_complete, fresh_store};
 
 fn bench(c: &mut Criterion) {
     let n = AtomicU64::new(0);

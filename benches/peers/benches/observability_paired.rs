@@ -12,30 +12,19 @@
 //! ```
 //! In the plain build the two variants run the same code: their ratio is the method's noise.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use idemdb::{Claim, ClaimOptions, Config, Durability, Response};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::Layer;
 
+#[path = "common/observe_workload.rs"]
+mod workload;
+use workload::{claim_complete, fresh_store};
+
 const ROUNDS: usize = 21;
 const OPS: u64 = 20_000;
-
-fn claim_complete(store: &idemdb::Store, n: &AtomicU64) {
-    let key = n.fetch_add(1, Ordering::Relaxed).to_string();
-    match store
-        .claim("tenant", &key, b"fingerprint", ClaimOptions::default())
-        .unwrap()
-    {
-        Claim::Acquired(l) => store
-            .complete(&l, Response::new(vec![7u8; 256]))
-            .unwrap()
-            .unwrap(),
-        other => panic!("{other:?}"),
-    }
-}
 
 /// Nanoseconds per claim + complete over `OPS` operations.
 fn round(store: &idemdb::Store, n: &AtomicU64) -> f64 {
@@ -48,16 +37,7 @@ fn round(store: &idemdb::Store, n: &AtomicU64) -> f64 {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is taken.
-    let open = || {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Config::new(dir.path())
-            .durability(Durability::Buffered)
-            .sweep_interval(None)
-            .open()
-            .unwrap();
-        (dir, store)
-    };
-    let ((_da, plain), (_db, observed)) = (open(), open());
+    let ((_da, plain), (_db, observed)) = (fresh_store(), fresh_store());
     let n = AtomicU64::new(0);
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let subscriber = || {
