@@ -78,46 +78,48 @@ impl OpKind {
             _ => OpKind::Begin,
         }
     }
+}
 
-    /// The key of its `idemdb_operation_duration_seconds{op}` histogram, built once (the
-    /// `histogram!` macro would allocate its label list on every call, recorder or not).
-    #[cfg(feature = "metrics")]
-    fn duration_key(self) -> &'static metrics::Key {
-        macro_rules! key {
-            ($op:literal) => {{
-                static LABELS: [metrics::Label; 1] = [metrics::Label::from_static_parts("op", $op)];
-                static KEY: metrics::Key =
-                    metrics::Key::from_static_parts("idemdb_operation_duration_seconds", &LABELS);
-                &KEY
-            }};
-        }
-        match self {
-            OpKind::Claim => key!("claim"),
-            OpKind::Begin => key!("begin"),
-            OpKind::Complete => key!("complete"),
-            OpKind::Fail => key!("fail"),
-            OpKind::Renew => key!("renew"),
-            OpKind::Checkpoint => key!("checkpoint"),
-            OpKind::Commit => key!("commit"),
-            OpKind::Reserve => key!("reserve"),
-            OpKind::Sweep => key!("sweep"),
-        }
-    }
+/// Each operation's name (the `op` label) and, from the same list, the key of its
+/// `idemdb_operation_duration_seconds{op}` histogram, built once as a static (the `histogram!`
+/// macro would allocate its label list on every call, recorder or not).
+macro_rules! op_names {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        #[cfg(feature = "metrics")]
+        impl OpKind {
+            pub(crate) const fn name(self) -> &'static str {
+                match self {
+                    $(OpKind::$variant => $name,)*
+                }
+            }
 
-    #[cfg(feature = "metrics")]
-    pub(crate) const fn name(self) -> &'static str {
-        match self {
-            OpKind::Claim => "claim",
-            OpKind::Begin => "begin",
-            OpKind::Complete => "complete",
-            OpKind::Fail => "fail",
-            OpKind::Renew => "renew",
-            OpKind::Checkpoint => "checkpoint",
-            OpKind::Commit => "commit",
-            OpKind::Reserve => "reserve",
-            OpKind::Sweep => "sweep",
+            fn duration_key(self) -> &'static metrics::Key {
+                match self {
+                    $(OpKind::$variant => {
+                        static LABELS: [metrics::Label; 1] =
+                            [metrics::Label::from_static_parts("op", $name)];
+                        static KEY: metrics::Key = metrics::Key::from_static_parts(
+                            "idemdb_operation_duration_seconds",
+                            &LABELS,
+                        );
+                        &KEY
+                    })*
+                }
+            }
         }
-    }
+    };
+}
+
+op_names! {
+    Claim => "claim",
+    Begin => "begin",
+    Complete => "complete",
+    Fail => "fail",
+    Renew => "renew",
+    Checkpoint => "checkpoint",
+    Commit => "commit",
+    Reserve => "reserve",
+    Sweep => "sweep",
 }
 
 /// When something started, for an [`Op`] begun after it (`since`); nothing without the features.

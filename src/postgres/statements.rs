@@ -75,8 +75,8 @@ macro_rules! claim_columns {
 /// statement's snapshot; run it again. `now` is the database time the statement used. A replay
 /// draws no fencing token and writes nothing: with the insert evaluated first (the first
 /// shape of this statement), every replay drew a token, and every 32nd one wrote the sequence's
-/// WAL and waited for its flush (pgbench: replays 0.20 to 0.24 ms on average against 0.10 to
-/// 0.13 with this shape, docs/benchmarks.md).
+/// WAL and waited for its flush (pgbench, one client: replays 0.224 to 0.238 ms on average
+/// against 0.191 to 0.211 with this shape; docs/benchmarks.md, "The claim reads first").
 pub(crate) const CLAIM_FAST: &str = concat!(
     "WITH r AS (
     SELECT false AS acquired, ",
