@@ -3,7 +3,8 @@
 //! same async API, at 1, 4 and 16 concurrent tasks, printed as one Markdown table.
 //!
 //! ```text
-//! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6] [--smoke]
+//! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
+//!     [--only pg,pg-tier,recipe,redis,embedded] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
@@ -38,6 +39,8 @@ struct Settings {
     keys: usize,
     tasks: Vec<usize>,
     rounds: usize,
+    /// Only these systems (all when empty): `pg`, `pg-tier`, `recipe`, `redis`, `embedded`.
+    only: Vec<String>,
 }
 
 fn parse_args() -> R<Settings> {
@@ -45,6 +48,7 @@ fn parse_args() -> R<Settings> {
         keys: 3000,
         tasks: vec![1, 4, 16],
         rounds: 6,
+        only: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -63,6 +67,7 @@ fn parse_args() -> R<Settings> {
                     return Err("--rounds must be at least 1".into());
                 }
             }
+            "--only" => s.only = value()?.split(',').map(str::to_owned).collect(),
             "--smoke" => {
                 s.keys = 64;
                 s.tasks = vec![1, 4];
@@ -364,6 +369,8 @@ struct Row {
 /// each key (a replay tier is filled by a first replay, so the timed ones are its hits), and the
 /// prefix of its keys.
 struct Entry {
+    /// Its name for `--only`.
+    id: &'static str,
     name: &'static str,
     sys: Arc<dyn System>,
     fill: bool,
@@ -371,8 +378,14 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(name: &'static str, sys: impl System + 'static, fill: bool, prefix: String) -> Entry {
+    fn new(
+        (id, name): (&'static str, &'static str),
+        sys: impl System + 'static,
+        fill: bool,
+        prefix: String,
+    ) -> Entry {
         Entry {
+            id,
             name,
             sys: Arc::new(sys),
             fill,
@@ -493,27 +506,41 @@ async fn main_async(s: Settings) -> R<()> {
             .await
             .map_err(|e| e.to_string())?;
         let entries = vec![
-            Entry::new("idemdb on PostgreSQL", Idem(idem), false, run_id.clone()),
             Entry::new(
-                "idemdb on PostgreSQL, replay tier",
+                ("pg", "idemdb on PostgreSQL"),
+                Idem(idem),
+                false,
+                run_id.clone(),
+            ),
+            Entry::new(
+                ("pg-tier", "idemdb on PostgreSQL, replay tier"),
                 Idem(tiered),
                 true,
                 format!("{run_id}t"),
             ),
             Entry::new(
-                "hand-written PostgreSQL recipe",
+                ("recipe", "hand-written PostgreSQL recipe"),
                 hand,
                 false,
                 run_id.clone(),
             ),
-            Entry::new("Redis SET NX recipe", redis, false, run_id.clone()),
             Entry::new(
-                "idemdb embedded (Buffered)",
+                ("redis", "Redis SET NX recipe"),
+                redis,
+                false,
+                run_id.clone(),
+            ),
+            Entry::new(
+                ("embedded", "idemdb embedded (Buffered)"),
                 Idem(embedded),
                 false,
                 run_id.clone(),
             ),
         ];
+        let entries = entries
+            .into_iter()
+            .filter(|e| s.only.is_empty() || s.only.iter().any(|o| o == e.id))
+            .collect();
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
     }
     for schema in [&idem_schema, &hand_schema] {
