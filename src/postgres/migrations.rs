@@ -79,28 +79,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             DROP TABLE idemdb_entities;
         ",
     },
-    Migration {
-        version: 4,
-        name: "request records keyed by (key, tenant, ns): the column that tells rows apart first",
-        up: REQUESTS_KEY_FIRST,
-        down: "
-            ALTER TABLE idemdb_requests DROP CONSTRAINT idemdb_requests_pkey;
-            ALTER TABLE idemdb_requests ADD PRIMARY KEY (ns, tenant, key);
-        ",
-    },
 ];
-
-/// The request table's primary key with the key first. Every statement looks a row up by all
-/// three columns, so the order changes no plan; it changes what each comparison in the index
-/// costs: with `(ns, tenant, key)`, every comparison on the way down compared the namespace and
-/// the tenant (equal for nearly all rows of a service) before the key; with the key first, one
-/// comparison usually decides. Measured: 17 µs less server CPU per claim + complete at 16
-/// clients (docs/benchmarks.md, "The key first"). Rebuilding the index holds the table's lock
-/// for as long as the build takes (seconds per million rows).
-const REQUESTS_KEY_FIRST: &str = "
-    ALTER TABLE idemdb_requests DROP CONSTRAINT idemdb_requests_pkey;
-    ALTER TABLE idemdb_requests ADD PRIMARY KEY (key, tenant, ns);
-";
 
 /// Versioned entities. A row is an entity's newest version: `value` `NULL` is a tombstone, which
 /// keeps the version so that a re-created entity continues from it (a version is never reused).

@@ -35,7 +35,6 @@ mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
 mod replays_are_served_from_the_local_tier;
-mod request_key_order_migrates_with_its_rows;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;
 mod skewed_instance_clocks_change_nothing;
