@@ -19,9 +19,10 @@
 //! XX PX`, replay `SET NX` then `GET` (2); the embedded store none.
 //!
 //! PostgreSQL at 127.0.0.1:5432 (database `test`, user `postgres`, trust), Redis at
-//! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb and the recipe
-//! each use their own schema (created and dropped here), with `synchronous_commit` as the server
-//! has it (stated in the output); one pooled connection per task for both.
+//! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb, idemdb with a
+//! replay tier and the recipe each use their own schema (created and dropped here), with
+//! `synchronous_commit` as the server has it (stated in the output); one pooled connection per
+//! task for each.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -464,8 +465,11 @@ async fn admin(sql: &str) -> R<()> {
 
 async fn main_async(s: Settings) -> R<()> {
     let run_id = format!("{:x}", std::process::id());
-    let (idem_schema, hand_schema) = (
+    // Each PostgreSQL system on a table of its own, so that none reads and writes a table
+    // another one filled (a larger table costs more per statement).
+    let (idem_schema, tier_schema, hand_schema) = (
         format!("fleet_idem_{run_id}"),
+        format!("fleet_tier_{run_id}"),
         format!("fleet_hand_{run_id}"),
     );
     let sync_commit: String = pg_client(None)
@@ -476,7 +480,7 @@ async fn main_async(s: Settings) -> R<()> {
         .get(0);
     let mut rows = Vec::new();
     for &tasks in &s.tasks {
-        for schema in [&idem_schema, &hand_schema] {
+        for schema in [&idem_schema, &tier_schema, &hand_schema] {
             admin(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
@@ -489,7 +493,7 @@ async fn main_async(s: Settings) -> R<()> {
             .await
             .map_err(|e| e.to_string())?;
         // The same store with the local replay tier (claim+complete is as without a tier).
-        let tiered = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{idem_schema}"))
+        let tiered = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{tier_schema}"))
             .pool_size(tasks)
             .sweep_interval(None)
             .replay_tier(64 << 20)
@@ -543,7 +547,7 @@ async fn main_async(s: Settings) -> R<()> {
             .collect();
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
     }
-    for schema in [&idem_schema, &hand_schema] {
+    for schema in [&idem_schema, &tier_schema, &hand_schema] {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
     }
     println!(
