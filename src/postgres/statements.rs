@@ -319,3 +319,20 @@ pub(crate) const SWEEP_PLACEHOLDERS: &str = "WITH doomed AS (
     LIMIT $1 FOR UPDATE SKIP LOCKED
 )
 DELETE FROM idemdb_entities e USING doomed d WHERE e.tenant = d.tenant AND e.id = d.id";
+
+#[cfg(test)]
+mod tests {
+    fn words(sql: &str) -> Vec<&str> {
+        sql.split_whitespace().collect()
+    }
+
+    /// The peer harness's statement diagnostic (`benches/peers/src/bin/sqlbench.rs`) measures
+    /// copies of the claim's first statement and the completion: they must be these.
+    #[test]
+    fn the_sql_the_peer_harness_measures_is_the_library_s() {
+        let claim = include_str!("../../benches/peers/sql/idemdb_claim.sql");
+        let complete = include_str!("../../benches/peers/sql/idemdb_complete.sql");
+        assert_eq!(words(claim), words(super::CLAIM_FAST));
+        assert_eq!(words(complete), words(super::COMPLETE));
+    }
+}

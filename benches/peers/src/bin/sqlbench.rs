@@ -1,0 +1,189 @@
+//! Diagnostic: a claim + complete pair of SQL statements (from files) driven through
+//! tokio-postgres with the library's parameter types, N tasks, one connection each; prints the
+//! median latency, the server's CPU per key (when given a cgroup's `cpuacct.usage` that holds
+//! the PostgreSQL server) and this process's. `benches/peers/sql/run` runs it over the steps from
+//! the hand-written recipe to idemdb's own statements (docs/benchmarks.md).
+//!
+//! ```text
+//! sqlbench --schema S --claim FILE --complete FILE [--mode idem|hand] [--tasks 16]
+//!          [--keys 6000] [--cgroup PATH] [--replay]
+//! ```
+//!
+//! `idem` mode binds the library's parameters (claim: ns, tenant, key, fingerprint, lease ms,
+//! retention ms, test clock `NULL`; complete: ns, tenant, key, fence, test clock, body,
+//! metadata), reading the fence from the claim's `fence` column; `hand` mode binds the recipe's
+//! (claim: key text, fingerprint; complete: key, body). `--replay` first claims and completes
+//! every key, then measures a replay of each.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+#[path = "../fleet_common.rs"]
+mod fleet_common;
+use fleet_common::{pg_client, pg_err, quantile, run_main, R};
+
+struct S {
+    schema: String,
+    claim: String,
+    complete: String,
+    hand: bool,
+    tasks: usize,
+    keys: usize,
+    cgroup: Option<String>,
+    replay: bool,
+}
+
+fn parse() -> R<S> {
+    let mut s = S {
+        schema: String::new(),
+        claim: String::new(),
+        complete: String::new(),
+        hand: false,
+        tasks: 16,
+        keys: 6000,
+        cgroup: None,
+        replay: false,
+    };
+    let mut a = std::env::args().skip(1);
+    while let Some(k) = a.next() {
+        let mut v = || a.next().ok_or(format!("{k} needs a value"));
+        match k.as_str() {
+            "--schema" => s.schema = v()?,
+            "--claim" => s.claim = std::fs::read_to_string(v()?).map_err(|e| e.to_string())?,
+            "--complete" => {
+                s.complete = std::fs::read_to_string(v()?).map_err(|e| e.to_string())?
+            }
+            "--mode" => s.hand = v()? == "hand",
+            "--tasks" => s.tasks = v()?.parse().map_err(|e| format!("{e}"))?,
+            "--keys" => s.keys = v()?.parse().map_err(|e| format!("{e}"))?,
+            "--cgroup" => s.cgroup = Some(v()?),
+            "--replay" => s.replay = true,
+            o => return Err(format!("unknown argument {o}")),
+        }
+    }
+    Ok(s)
+}
+
+fn cpu_ns(cg: &Option<String>) -> u64 {
+    cg.as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn self_cpu_us() -> u64 {
+    let t = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let f: Vec<&str> = t
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    (tick(11) + tick(12)) * 10_000
+}
+
+async fn main_async(s: S) -> R<()> {
+    let s = Arc::new(s);
+    let run_id = format!("{:x}", std::process::id());
+    let mut clients = Vec::new();
+    for _ in 0..s.tasks {
+        let c = pg_client(Some(&s.schema)).await?;
+        let cl = c.prepare(&s.claim).await.map_err(pg_err)?;
+        let co = c.prepare(&s.complete).await.map_err(pg_err)?;
+        clients.push((c, cl, co));
+    }
+    let body = vec![42u8; 256];
+    const FP: [u8; 32] = [7u8; 32];
+    let fp = FP;
+    let meta: Vec<String> = Vec::new();
+    let clients = Arc::new(clients);
+    let phase = |replay: bool| {
+        let (s, clients, body, meta, run_id) = (
+            s.clone(),
+            clients.clone(),
+            body.clone(),
+            meta.clone(),
+            run_id.clone(),
+        );
+        async move {
+            let mut hs = Vec::new();
+            for t in 0..s.tasks {
+                let (s, clients, body, meta, run_id) = (
+                    s.clone(),
+                    clients.clone(),
+                    body.clone(),
+                    meta.clone(),
+                    run_id.clone(),
+                );
+                hs.push(tokio::spawn(async move {
+                    let (c, cl, co) = &clients[t];
+                    let mut lat = Vec::new();
+                    for k in (t..s.keys).step_by(s.tasks) {
+                        let key = format!("{run_id}-{k}");
+                        let start = Instant::now();
+                        if s.hand {
+                            let row = c.query_one(cl, &[&key, &&fp[..]]).await.map_err(pg_err)?;
+                            if !replay {
+                                let _: bool = row.get(0);
+                                c.execute(co, &[&key, &body]).await.map_err(pg_err)?;
+                            }
+                        } else {
+                            let (ns, tenant, kb, lease, ret, now) = (
+                                0i16,
+                                &b"t"[..],
+                                key.as_bytes(),
+                                30_000i64,
+                                86_400_000i64,
+                                None::<i64>,
+                            );
+                            let row = c
+                                .query_one(cl, &[&ns, &tenant, &kb, &&fp[..], &lease, &ret, &now])
+                                .await
+                                .map_err(pg_err)?;
+                            if !replay {
+                                let fence: i64 = row.get("fence");
+                                c.query_opt(co, &[&ns, &tenant, &kb, &fence, &now, &body, &meta])
+                                    .await
+                                    .map_err(pg_err)?
+                                    .ok_or("complete applied to nothing")?;
+                            }
+                        }
+                        lat.push(start.elapsed().as_micros() as u64);
+                    }
+                    Ok::<_, String>(lat)
+                }));
+            }
+            let mut all = Vec::new();
+            for h in hs {
+                all.extend(h.await.map_err(|e| e.to_string())??);
+            }
+            Ok::<_, String>(all)
+        }
+    };
+    if s.replay {
+        phase(false).await?;
+    }
+    let (c0, u0, t0) = (cpu_ns(&s.cgroup), self_cpu_us(), Instant::now());
+    let mut all = phase(s.replay).await?;
+    let wall = t0.elapsed();
+    let (c1, u1) = (cpu_ns(&s.cgroup), self_cpu_us());
+    all.sort_unstable();
+    let n = s.keys as f64;
+    let server = match s.cgroup {
+        Some(_) => format!("{:.0} µs/key", (c1 - c0) as f64 / 1000.0 / n),
+        None => "not read".into(),
+    };
+    println!(
+        "p50 {} µs, p99 {} µs, {:.0} keys/s, server CPU {server}, this process's CPU {:.0} µs/key",
+        quantile(&all, 0.5),
+        quantile(&all, 0.99),
+        n / wall.as_secs_f64(),
+        (u1 - u0) as f64 / n
+    );
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    run_main("sqlbench", parse, main_async)
+}
