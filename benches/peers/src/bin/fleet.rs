@@ -141,19 +141,9 @@ struct HandConn {
     complete: tokio_postgres::Statement,
 }
 
-const HAND_CLAIM: &str = "
-    WITH ins AS (
-        INSERT INTO hand_requests (key, fp, state, lease_until)
-        VALUES ($1, $2, 0, now() + interval '30 seconds')
-        ON CONFLICT (key) DO NOTHING
-        RETURNING true AS acquired, state, fp, response)
-    SELECT acquired, state, fp, response FROM ins
-    UNION ALL
-    SELECT false, state, fp, response FROM hand_requests
-    WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
-
-const HAND_COMPLETE: &str =
-    "UPDATE hand_requests SET state = 1, response = $2 WHERE key = $1 AND state = 0";
+/// The recipe's claim and completion, shared with the statement diagnostic (`sql/run`).
+const HAND_CLAIM: &str = include_str!("../../sql/recipe_claim.sql");
+const HAND_COMPLETE: &str = include_str!("../../sql/recipe_complete.sql");
 
 impl HandPg {
     async fn connect(schema: &str, n: usize) -> R<HandPg> {

@@ -64,6 +64,19 @@ fn parse() -> R<S> {
     Ok(s)
 }
 
+/// What every task reads.
+struct Shared {
+    s: Arc<S>,
+    clients: Vec<(
+        tokio_postgres::Client,
+        tokio_postgres::Statement,
+        tokio_postgres::Statement,
+    )>,
+    body: Vec<u8>,
+    meta: Vec<String>,
+    run_id: String,
+}
+
 fn cpu_ns(cg: &Option<String>) -> u64 {
     cg.as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok())
@@ -93,30 +106,29 @@ async fn main_async(s: S) -> R<()> {
         let co = c.prepare(&s.complete).await.map_err(pg_err)?;
         clients.push((c, cl, co));
     }
-    let body = vec![42u8; 256];
     const FP: [u8; 32] = [7u8; 32];
-    let fp = FP;
-    let meta: Vec<String> = Vec::new();
-    let clients = Arc::new(clients);
+    let shared = Arc::new(Shared {
+        s: s.clone(),
+        clients,
+        body: vec![42u8; 256],
+        meta: Vec::new(),
+        run_id,
+    });
     let phase = |replay: bool| {
-        let (s, clients, body, meta, run_id) = (
-            s.clone(),
-            clients.clone(),
-            body.clone(),
-            meta.clone(),
-            run_id.clone(),
-        );
+        let shared = shared.clone();
         async move {
             let mut hs = Vec::new();
-            for t in 0..s.tasks {
-                let (s, clients, body, meta, run_id) = (
-                    s.clone(),
-                    clients.clone(),
-                    body.clone(),
-                    meta.clone(),
-                    run_id.clone(),
-                );
+            for t in 0..shared.s.tasks {
+                let shared = shared.clone();
                 hs.push(tokio::spawn(async move {
+                    let Shared {
+                        s,
+                        clients,
+                        body,
+                        meta,
+                        run_id,
+                    } = &*shared;
+                    let fp = FP;
                     let (c, cl, co) = &clients[t];
                     let mut lat = Vec::new();
                     for k in (t..s.keys).step_by(s.tasks) {
@@ -126,7 +138,7 @@ async fn main_async(s: S) -> R<()> {
                             let row = c.query_one(cl, &[&key, &&fp[..]]).await.map_err(pg_err)?;
                             if !replay {
                                 let _: bool = row.get(0);
-                                c.execute(co, &[&key, &body]).await.map_err(pg_err)?;
+                                c.execute(co, &[&key, body]).await.map_err(pg_err)?;
                             }
                         } else {
                             let (ns, tenant, kb, lease, ret, now) = (
@@ -143,7 +155,7 @@ async fn main_async(s: S) -> R<()> {
                                 .map_err(pg_err)?;
                             if !replay {
                                 let fence: i64 = row.get("fence");
-                                c.query_opt(co, &[&ns, &tenant, &kb, &fence, &now, &body, &meta])
+                                c.query_opt(co, &[&ns, &tenant, &kb, &fence, &now, body, meta])
                                     .await
                                     .map_err(pg_err)?
                                     .ok_or("complete applied to nothing")?;
