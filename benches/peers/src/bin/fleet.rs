@@ -144,15 +144,13 @@ struct HandConn {
 /// The recipe's claim and completion, shared with the statement diagnostic (`sql/run`).
 const HAND_CLAIM: &str = include_str!("../../sql/recipe_claim.sql");
 const HAND_COMPLETE: &str = include_str!("../../sql/recipe_complete.sql");
+const HAND_TABLE: &str = include_str!("../../sql/recipe_table.sql");
 
 impl HandPg {
     async fn connect(schema: &str, n: usize) -> R<HandPg> {
         pg_client(Some(schema))
             .await?
-            .batch_execute(
-                "CREATE TABLE hand_requests (key text PRIMARY KEY, fp bytea NOT NULL,
-                 state smallint NOT NULL, lease_until timestamptz, response bytea)",
-            )
+            .batch_execute(HAND_TABLE)
             .await
             .map_err(pg_err)?;
         let mut clients = Vec::new();

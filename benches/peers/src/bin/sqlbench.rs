@@ -9,6 +9,11 @@
 //!          [--keys 6000] [--cgroup PATH] [--replay]
 //! ```
 //!
+//! Schema `S` is created anew (dropped first) and dropped at the end: idemdb's tables by the
+//! library's own migrations, the recipe's table from `sql/recipe_table.sql` (the fleet
+//! harness's), so every run measures a table of its own, filled by it alone, and idemdb's is the
+//! one the library would create.
+//!
 //! `idem` mode binds the library's parameters (claim: ns, tenant, key, fingerprint, lease ms,
 //! retention ms, test clock `NULL`; complete: ns, tenant, key, fence, test clock, body,
 //! metadata), reading the fence from the claim's `fence` column; `hand` mode binds the recipe's
@@ -20,7 +25,7 @@ use std::time::Instant;
 
 #[path = "../fleet_common.rs"]
 mod fleet_common;
-use fleet_common::{pg_client, pg_err, quantile, run_main, R};
+use fleet_common::{pg_client, pg_err, quantile, run_main, PG_URL, R};
 
 struct S {
     schema: String,
@@ -96,7 +101,28 @@ fn self_cpu_us() -> u64 {
     (tick(11) + tick(12)) * 10_000
 }
 
+/// Schema `schema`, new: idemdb's tables as its migrations make them, and the recipe's.
+async fn fresh_schema(schema: &str) -> R<()> {
+    pg_client(None)
+        .await?
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .map_err(pg_err)?;
+    idemdb::Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{schema}"))
+        .migrate_schema(None)
+        .await
+        .map_err(|e| e.to_string())?;
+    pg_client(Some(schema))
+        .await?
+        .batch_execute(include_str!("../../sql/recipe_table.sql"))
+        .await
+        .map_err(pg_err)
+}
+
 async fn main_async(s: S) -> R<()> {
+    fresh_schema(&s.schema).await?;
     let s = Arc::new(s);
     let run_id = format!("{:x}", std::process::id());
     let mut clients = Vec::new();
@@ -128,14 +154,13 @@ async fn main_async(s: S) -> R<()> {
                         meta,
                         run_id,
                     } = &*shared;
-                    let fp = FP;
                     let (c, cl, co) = &clients[t];
                     let mut lat = Vec::new();
                     for k in (t..s.keys).step_by(s.tasks) {
                         let key = format!("{run_id}-{k}");
                         let start = Instant::now();
                         if s.hand {
-                            let row = c.query_one(cl, &[&key, &&fp[..]]).await.map_err(pg_err)?;
+                            let row = c.query_one(cl, &[&key, &&FP[..]]).await.map_err(pg_err)?;
                             if !replay {
                                 let _: bool = row.get(0);
                                 c.execute(co, &[&key, body]).await.map_err(pg_err)?;
@@ -150,7 +175,7 @@ async fn main_async(s: S) -> R<()> {
                                 None::<i64>,
                             );
                             let row = c
-                                .query_one(cl, &[&ns, &tenant, &kb, &&fp[..], &lease, &ret, &now])
+                                .query_one(cl, &[&ns, &tenant, &kb, &&FP[..], &lease, &ret, &now])
                                 .await
                                 .map_err(pg_err)?;
                             if !replay {
@@ -193,7 +218,11 @@ async fn main_async(s: S) -> R<()> {
         n / wall.as_secs_f64(),
         (u1 - u0) as f64 / n
     );
-    Ok(())
+    pg_client(None)
+        .await?
+        .batch_execute(&format!("DROP SCHEMA {} CASCADE", s.schema))
+        .await
+        .map_err(pg_err)
 }
 
 fn main() -> std::process::ExitCode {
