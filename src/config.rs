@@ -109,8 +109,16 @@ impl Config {
     /// record settings (lease, retention, their maxima, key, tenant and response limits) apply
     /// as on disk; the disk settings (durability, cache, write buffer, lock stripes, in-memory)
     /// do not (PostgreSQL commits every decision before answering); the clock is not used: every
-    /// time comes from the database server's clock. Connections are plain TCP (no TLS): use it
-    /// on a trusted network or through a local proxy that adds TLS.
+    /// time comes from the database server's clock.
+    ///
+    /// The URL is libpq's, in either form (`postgres://user:pw@a:5432,b:5432/db?...` or
+    /// `host=a,b dbname=db ...`), with libpq's options: several hosts with
+    /// `target_session_attrs=read-write` (after a failover the pool reaches the new primary by
+    /// itself), `sslmode` (`disable`, `prefer` (the default), `require`, `verify-ca`,
+    /// `verify-full`) and `sslrootcert` (a CA file, or `system`), `options`, `application_name`,
+    /// `connect_timeout`; and idemdb's own `statement_mode=unnamed` for a pooler in transaction
+    /// mode ([`Config::statement_mode`]). docs/operating.md, "Running on managed PostgreSQL",
+    /// says what holds across a failover and through poolers.
     #[cfg(feature = "postgres")]
     pub fn postgres(url: impl Into<String>) -> Self {
         let mut cfg = Self::new("");
@@ -128,8 +136,10 @@ impl Config {
         self
     }
 
-    /// PostgreSQL only: how long to wait for a connection (to connect, or for a free one in the
-    /// pool) before a call fails with [`crate::Error::Unavailable`]. Default: 5 s.
+    /// PostgreSQL only: how long to wait for a connection (for a free one in the pool, or to
+    /// connect to one host: TCP, TLS, authentication and the read-write check together; a
+    /// multi-host URL tries the next host after it) before a call fails with
+    /// [`crate::Error::Unavailable`]. Default: 5 s.
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn connect_timeout(mut self, d: Duration) -> Self {
@@ -147,6 +157,74 @@ impl Config {
     pub fn statement_timeout(mut self, d: Duration) -> Self {
         if let Some(p) = self.postgres.as_mut() {
             p.statement_timeout = d;
+        }
+        self
+    }
+
+    /// PostgreSQL only: how connections are encrypted and what is verified (libpq's `sslmode`).
+    /// Default: the URL's `sslmode`, else [`crate::TlsMode::Prefer`] (TLS when the server
+    /// offers it, nothing verified, as libpq). A verifying mode needs [`Config::tls_roots`] or
+    /// the URL's `sslrootcert`; a certificate that does not verify fails the open with
+    /// [`crate::Error::ConnectionRejected`].
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn tls(mut self, mode: crate::TlsMode) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.tls_mode = Some(mode);
+        }
+        self
+    }
+
+    /// PostgreSQL only: the certificates that [`crate::TlsMode::VerifyCa`] and
+    /// [`crate::TlsMode::VerifyFull`] (and `Require`, which then verifies the chain, as libpq
+    /// does) trust: a PEM file (a managed service's CA bundle) or the system's roots. Default:
+    /// the URL's `sslrootcert` (`system` for the system's roots), else none.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn tls_roots(mut self, roots: crate::TlsRoots) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.tls_roots = Some(roots);
+        }
+        self
+    }
+
+    /// PostgreSQL only: named prepared statements ([`crate::StatementMode::Prepared`]), or none
+    /// ([`crate::StatementMode::Unnamed`]: for PgBouncer in transaction mode before 1.21 or
+    /// without `max_prepared_statements`, Supavisor in transaction mode, RDS Proxy without
+    /// pinning). Default: the URL's `statement_mode`, else `Prepared`.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn statement_mode(mut self, mode: crate::StatementMode) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.statement_mode = Some(mode);
+        }
+        self
+    }
+
+    /// PostgreSQL only: the `synchronous_commit` of the store's sessions, so that completions
+    /// (and every other write) wait for synchronous standbys as the application asks
+    /// ([`crate::SynchronousCommit::RemoteApply`]: applied on them before the call returns).
+    /// Default: none set (the server's, or the role's, setting; PostgreSQL's own default is
+    /// `on`). Sent as a startup option: through a pooler that drops startup options, set it on
+    /// the role instead (`ALTER ROLE ... SET synchronous_commit = ...`).
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn synchronous_commit(mut self, level: crate::SynchronousCommit) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.synchronous_commit = Some(level);
+        }
+        self
+    }
+
+    /// PostgreSQL only: how long opening waits for the schema's migration lock while another
+    /// instance applies a migration, before it fails with [`crate::Error::MigrationTimeout`].
+    /// The lock belongs to the schema (stores in other schemas never wait for it), and a store
+    /// whose schema is already current takes no lock at all. Default: 60 s.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn migration_lock_timeout(mut self, d: Duration) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.migration_lock_timeout = d;
         }
         self
     }
@@ -450,8 +528,15 @@ impl Config {
             if !(1..=1024).contains(&p.pool_size) {
                 return bad(format!("pool_size {} is not in 1..=1024", p.pool_size));
             }
-            if p.connect_timeout.is_zero() || p.statement_timeout.is_zero() {
-                return bad("connect_timeout and statement_timeout must be positive".into());
+            if p.connect_timeout.is_zero()
+                || p.statement_timeout.is_zero()
+                || p.migration_lock_timeout.is_zero()
+            {
+                return bad(
+                    "connect_timeout, statement_timeout and migration_lock_timeout must be \
+                     positive"
+                        .into(),
+                );
             }
         }
         if !(1..=4096).contains(&self.max_key_len) {

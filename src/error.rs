@@ -92,6 +92,21 @@ pub enum Error {
     /// The store was opened read-only ([`crate::Config::read_only`]) and this call would write.
     /// Nothing was changed.
     ReadOnly,
+    /// The database refused the connection as configured (PostgreSQL backend): TLS that cannot
+    /// be agreed or whose certificate does not verify, a wrong user or password, a database that
+    /// does not exist, a `pg_hba.conf` that admits no such connection. Not transient: retrying
+    /// changes nothing until the URL or [`crate::Config`] is fixed. Nothing was changed.
+    ConnectionRejected {
+        /// What the client or the server said, and what to check.
+        message: String,
+    },
+    /// Opening waited longer than [`crate::Config::migration_lock_timeout`] for the schema's
+    /// migration lock (PostgreSQL backend): another instance is applying the schema, or a long
+    /// transaction holds a table the migration changes. Retry the open. Nothing was changed.
+    MigrationTimeout {
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -113,7 +128,23 @@ impl Error {
             Error::SchemaMismatch { .. } => "schema_mismatch",
             Error::Unsupported { .. } => "unsupported",
             Error::ReadOnly => "read_only",
+            Error::ConnectionRejected { .. } => "connection_rejected",
+            Error::MigrationTimeout { .. } => "migration_timeout",
         }
+    }
+
+    /// Whether retrying the same call later can succeed with nothing changed in the
+    /// configuration: [`Error::Unavailable`], [`Error::Busy`], [`Error::Contention`] and
+    /// [`Error::MigrationTimeout`]. Bad input, damaged data, a configuration the database
+    /// rejects ([`Error::ConnectionRejected`]) or a schema of another version are not.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Unavailable { .. }
+                | Error::Busy(_)
+                | Error::Contention { .. }
+                | Error::MigrationTimeout { .. }
+        )
     }
 }
 
@@ -224,6 +255,18 @@ impl fmt::Display for Error {
                 "this store was opened read-only (Config::read_only, as `idemdb inspect` and \
                  `idemdb stats` open it) and the call would write; nothing was changed: open it \
                  writable, in the process that owns the directory"
+            ),
+            Error::ConnectionRejected { message } => write!(
+                f,
+                "the database rejected the connection as configured ({message}); this is not \
+                 transient: fix the URL or the Config (sslmode, sslrootcert, user, password, \
+                 database) and open again"
+            ),
+            Error::MigrationTimeout { waited } => write!(
+                f,
+                "waited {waited:?} for the schema's migration lock: another instance is \
+                 applying the schema, or a long transaction holds a table it changes; retry the \
+                 open (Config::migration_lock_timeout bounds the wait)"
             ),
         }
     }

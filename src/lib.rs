@@ -89,7 +89,9 @@ pub use metrics::{Counters, Stats};
 pub use observe::{trace_key_hash, TraceTenants};
 pub use offsets::OffsetWindow;
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresStats, SqlTransaction, SqlValue};
+pub use postgres::{
+    PostgresStats, SqlTransaction, SqlValue, StatementMode, SynchronousCommit, TlsMode, TlsRoots,
+};
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     ReplayView, Response,

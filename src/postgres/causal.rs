@@ -4,7 +4,8 @@
 //! UPDATE` in one transaction), so concurrent writers are serialised by the database and none is
 //! lost; a missing row is first inserted empty (`NULL`) so that there is always a row to lock.
 
-use super::{classify, pool_error, statements as sql, PgStore};
+use super::send::Session;
+use super::{classify, statements as sql, PgStore};
 use crate::error::Result;
 
 /// What a row holds (`kind` in `idemdb_causal`).
@@ -42,30 +43,23 @@ impl PgStore {
     {
         let k = kind as i16;
         self.timed(async {
-            let mut c = self.pool.get().await.map_err(pool_error)?;
+            let mut c = self.conn().await?;
             let tx = c.transaction().await.map_err(classify)?;
-            let hold = tx
-                .prepare_cached(sql::CAUSAL_HOLD)
-                .await
-                .map_err(classify)?;
-            tx.execute(&hold, &[&k, &tenant, &id])
-                .await
-                .map_err(classify)?;
-            let lock = tx
-                .prepare_cached(sql::CAUSAL_LOCK)
+            tx.changed(self.mode, sql::CAUSAL_HOLD, &[&k, &tenant, &id])
                 .await
                 .map_err(classify)?;
             let row = tx
-                .query_one(&lock, &[&k, &tenant, &id])
+                .one(self.mode, sql::CAUSAL_LOCK, &[&k, &tenant, &id])
                 .await
-                .map_err(classify)?;
+                .map_err(classify)?
+                .ok_or_else(|| crate::error::corrupted("idemdb_causal", "the held row is gone"))?;
             let cur: Option<Vec<u8>> = row.get(0);
             let (new, out) = f(cur.as_deref())?; // an error drops `tx`: rolled back
-            let write = tx.prepare_cached(sql::CAUSAL_SET).await.map_err(classify)?;
-            tx.execute(&write, &[&k, &tenant, &id, &new])
+            tx.changed(self.mode, sql::CAUSAL_SET, &[&k, &tenant, &id, &new])
                 .await
                 .map_err(classify)?;
             tx.commit().await.map_err(classify)?;
+            c.keep();
             Ok(out)
         })
         .await

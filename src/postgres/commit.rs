@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use super::entities::{condition, WriteOutcome};
+use super::send::Session;
 use super::HolderCall;
 use super::{classify, from_i64, lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
 use crate::commit::CommitConflict;
@@ -121,7 +122,7 @@ impl PgStore {
         first.dedup();
         let prepares: Vec<_> = first
             .into_iter()
-            .map(|q| Box::pin(async move { c.prepare_cached(q).await.map_err(classify) }))
+            .map(|q| Box::pin(async move { c.ready(self.mode, q).await.map_err(classify) }))
             .collect();
         for prepared in self.timed(async { Ok(join_all(prepares).await) }).await? {
             prepared?;
@@ -192,6 +193,7 @@ impl PgStore {
                 let row = self
                     .timed(one(
                         c,
+                        self.mode,
                         sql::ENTITY_PUT,
                         &[&tenant, &id, &kind, &version, &value, &delete],
                     ))
@@ -216,7 +218,7 @@ impl PgStore {
                 // version-0 tombstone is inserted and held, so a concurrent first write waits
                 // too; version 0 reads as absent).
                 let row = self
-                    .timed(one(c, sql::ENTITY_HOLD, &[&tenant, &id]))
+                    .timed(one(c, self.mode, sql::ENTITY_HOLD, &[&tenant, &id]))
                     .await?
                     .ok_or_else(|| corrupted("idemdb_entities", "the held row is gone"))?;
                 let version: i64 = row.get(0);
@@ -260,12 +262,17 @@ impl PgStore {
                 let ns = ns_code(lease.ns);
                 let fence = to_i64("fence", lease.fence)?;
                 let params = call.params([&ns, &lease.tenant, &lease.key, &fence, &now]);
-                if self.timed(one(c, call.sql, &params)).await?.is_some() {
+                if self
+                    .timed(one(c, self.mode, call.sql, &params))
+                    .await?
+                    .is_some()
+                {
                     return Ok(Ok(None));
                 }
                 let row = self
                     .timed(one(
                         c,
+                        self.mode,
                         sql::HOLDER_WHY,
                         &[&ns, &lease.tenant, &lease.key, &now],
                     ))

@@ -5,7 +5,8 @@
 
 use tokio_postgres::Row;
 
-use super::{classify, from_i64, pool_error, statements as sql, PgStore};
+use super::send::Session;
+use super::{classify, from_i64, statements as sql, PgStore};
 use crate::error::{InvalidInput, Result};
 use crate::versions::{Conflict, Expect, Version, Versioned};
 
@@ -104,14 +105,10 @@ impl PgStore {
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
     {
         self.timed(async {
-            let mut c = self.pool.get().await.map_err(pool_error)?;
+            let mut c = self.conn().await?;
             let tx = c.transaction().await.map_err(classify)?;
-            let lock = tx
-                .prepare_cached(sql::ENTITY_LOCK)
-                .await
-                .map_err(classify)?;
             let cur = live(
-                tx.query_opt(&lock, &[&tenant, &id])
+                tx.one(self.mode, sql::ENTITY_LOCK, &[&tenant, &id])
                     .await
                     .map_err(classify)?
                     .as_ref(),
@@ -130,16 +127,27 @@ impl PgStore {
                 .map_or(Expect::Absent, |c| Expect::Version(c.version));
             let (kind, version) = condition(expect);
             let delete = new.is_none();
-            let put = tx.prepare_cached(sql::ENTITY_PUT).await.map_err(classify)?;
             let row = tx
-                .query_one(&put, &[&tenant, &id, &kind, &version, &new, &delete])
+                .one(
+                    self.mode,
+                    sql::ENTITY_PUT,
+                    &[&tenant, &id, &kind, &version, &new, &delete],
+                )
                 .await
-                .map_err(classify)?;
+                .map_err(classify)?
+                .ok_or_else(|| crate::error::corrupted("idemdb_put_entity", "no row"))?;
             let written = match outcome(&row)? {
                 Ok(v) => v,
-                Err(_) => return Ok(None), // rolled back on drop
+                Err(_) => {
+                    // Rolled back on drop (tokio-postgres sends the ROLLBACK): the connection
+                    // stays usable.
+                    drop(tx);
+                    c.keep();
+                    return Ok(None);
+                }
             };
             tx.commit().await.map_err(classify)?;
+            c.keep();
             Ok(Some(
                 new.zip(written)
                     .map(|(value, version)| Versioned { value, version }),

@@ -79,6 +79,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             DROP TABLE idemdb_entities;
         ",
     },
+    Migration {
+        version: 4,
+        name: "fencing tokens carry the server's timeline (safe across a failover)",
+        up: EPOCH_FENCE,
+        down: EPOCH_FENCE_DOWN,
+    },
 ];
 
 /// Versioned entities. A row is an entity's newest version: `value` `NULL` is a tombstone, which
@@ -343,23 +349,15 @@ END
 $fn$;
 ";
 
-/// The claim, as a function the claim statement calls (one round trip): the key's row is read
-/// first; a row that is live and not acquirable (another fingerprint, finished, or a live lease)
-/// is the answer, read without a lock or a write; otherwise a missing row is inserted (`ON
-/// CONFLICT DO NOTHING`) and an existing one is taken by an `UPDATE` whose `WHERE` states the
-/// acquirable conditions again, evaluated by PostgreSQL on the row's newest version under its
-/// lock, so of any number of concurrent claims exactly one acquires. `acquired` is `NULL` when
-/// neither wrote (a concurrent claim inserted or changed the row after the read): the caller asks
-/// again. "Now" is read once, at the start (the test clock if given). Each statement inside has
-/// its own cached plan and only the path taken runs, which costs less than one statement holding
-/// every path (measured: docs/benchmarks.md).
-///
-/// `idemdb_holder` is a holder's call (`p_op` 1 complete, 2 fail terminally, 3 release, 4 renew,
-/// 5 checkpoint): one `UPDATE ... WHERE fence = p_fence AND state = pending AND not expired`;
-/// `done_until` is the lease's end when it applied; when it changed nothing, the row is read to
-/// say why (its state, its fence, whether it expired; all `NULL` if there is none).
-const FUNCTIONS: &str = "
-CREATE FUNCTION idemdb_claim(p_ns smallint, p_tenant bytea, p_key bytea, p_fp bytea,
+/// The claim function's text (see [`FUNCTIONS`]): created by migration 2 with
+/// `$create = "CREATE FUNCTION"` and tokens from the sequence alone, replaced by migration 4 with
+/// tokens that carry the server's timeline (`idemdb_fence_next()`).
+macro_rules! claim_function {
+    ($create:literal, $fence:literal) => {
+        concat!(
+            $create,
+            " ",
+            "idemdb_claim(p_ns smallint, p_tenant bytea, p_key bytea, p_fp bytea,
     p_lease bigint, p_retention bigint, p_now bigint,
     OUT acquired boolean, OUT fence bigint, OUT attempts integer, OUT taken_over boolean,
     OUT lease_until bigint, OUT expires_at bigint, OUT checkpoint_phase text,
@@ -394,7 +392,9 @@ BEGIN
     IF NOT found_row THEN
         INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
             fence, attempts, takeovers, state, lease_until, taken_over)
-        VALUES (p_ns, p_tenant, p_key, p_fp, now, now + p_retention, nextval('idemdb_fence'), 1,
+        VALUES (p_ns, p_tenant, p_key, p_fp, now, now + p_retention, ",
+            $fence,
+            ", 1,
             0, 0, now + p_lease, false)
         ON CONFLICT DO NOTHING
         RETURNING q.fence, q.attempts, q.taken_over, q.lease_until, q.expires_at
@@ -405,7 +405,9 @@ BEGIN
             created_at = CASE WHEN q.expires_at <= now THEN now ELSE q.created_at END,
             expires_at = CASE WHEN q.expires_at <= now THEN now + p_retention
                               ELSE GREATEST(q.expires_at, now + p_lease) END,
-            fence = nextval('idemdb_fence'),
+            fence = ",
+            $fence,
+            ",
             attempts = CASE WHEN q.expires_at <= now THEN 1 ELSE q.attempts + 1 END,
             takeovers = CASE WHEN q.expires_at <= now THEN 0
                              ELSE q.takeovers + (q.state = 0)::int END,
@@ -432,7 +434,30 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+"
+        )
+    };
+}
+
+/// The claim, as a function the claim statement calls (one round trip): the key's row is read
+/// first; a row that is live and not acquirable (another fingerprint, finished, or a live lease)
+/// is the answer, read without a lock or a write; otherwise a missing row is inserted (`ON
+/// CONFLICT DO NOTHING`) and an existing one is taken by an `UPDATE` whose `WHERE` states the
+/// acquirable conditions again, evaluated by PostgreSQL on the row's newest version under its
+/// lock, so of any number of concurrent claims exactly one acquires. `acquired` is `NULL` when
+/// neither wrote (a concurrent claim inserted or changed the row after the read): the caller asks
+/// again. "Now" is read once, at the start (the test clock if given). Each statement inside has
+/// its own cached plan and only the path taken runs, which costs less than one statement holding
+/// every path (measured: docs/benchmarks.md).
+///
+/// `idemdb_holder` is a holder's call (`p_op` 1 complete, 2 fail terminally, 3 release, 4 renew,
+/// 5 checkpoint): one `UPDATE ... WHERE fence = p_fence AND state = pending AND not expired`;
+/// `done_until` is the lease's end when it applied; when it changed nothing, the row is read to
+/// say why (its state, its fence, whether it expired; all `NULL` if there is none).
+const FUNCTIONS: &str = concat!(
+    "\n",
+    claim_function!("CREATE FUNCTION", "nextval('idemdb_fence')"),
+    "CREATE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
     p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
     OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -476,7 +501,8 @@ BEGIN
     FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
 END
 $fn$;
-";
+"
+);
 
 /// The schema version this build reads and writes.
 pub(crate) fn current_version() -> i32 {
@@ -491,5 +517,37 @@ pub(crate) const BOOKKEEPING: &str = "
         applied_at timestamptz NOT NULL DEFAULT now()
     )";
 
-/// The advisory lock key under which migrations run (any constant: `idemdb` in ASCII).
-pub(crate) const LOCK_KEY: i64 = 0x6964_656d_6462;
+/// The first half of the advisory lock under which migrations run (any constant: `idem` in
+/// ASCII); the second half is the schema's name, hashed ([`LOCK`]).
+pub(crate) const LOCK_CLASS: i32 = 0x6964_656d;
+
+/// Takes the migration lock of the schema the migration changes (its first parameter is
+/// [`LOCK_CLASS`]): stores in other schemas of the same server migrate side by side.
+pub(crate) const LOCK: &str =
+    "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))";
+
+/// Migration 4: a fencing token is `timeline << 47 | n`, `n` from the sequence (now bounded to
+/// 47 bits) and `timeline` the server's current WAL timeline, which every promotion of a
+/// standby increases. A standby promoted after asynchronous replication may hand out sequence
+/// values the old primary already gave, but never with as low a timeline: every token drawn
+/// after a failover is larger than every token drawn before it, so a lease from before can
+/// never match a record claimed after (design.md, "Fencing across a failover"). Tokens drawn
+/// before this migration (below 2^47) are smaller than every token after it.
+const EPOCH_FENCE: &str = concat!(
+    "
+    ALTER SEQUENCE idemdb_fence MAXVALUE 140737488355327;
+    CREATE FUNCTION idemdb_fence_next() RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
+        SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                << 47) + nextval('idemdb_fence')
+    $fn$;
+    ",
+    claim_function!("CREATE OR REPLACE FUNCTION", "idemdb_fence_next()")
+);
+
+const EPOCH_FENCE_DOWN: &str = concat!(
+    claim_function!("CREATE OR REPLACE FUNCTION", "nextval('idemdb_fence')"),
+    "
+    DROP FUNCTION idemdb_fence_next();
+    ALTER SEQUENCE idemdb_fence NO MAXVALUE;
+    "
+);

@@ -23,25 +23,33 @@ mod commit;
 mod entities;
 pub(crate) mod migrations;
 mod offsets;
+mod pool;
+mod send;
+mod settings;
 mod statements;
 mod stats;
+mod tls;
 mod transaction;
 mod unique;
 
 pub(crate) use causal::CausalKind;
 pub(crate) use commit::PgOp;
+pub(crate) use settings::Settings;
+pub use settings::{StatementMode, SynchronousCommit};
 pub use stats::PostgresStats;
+pub use tls::{TlsMode, TlsRoots};
 pub use transaction::{SqlTransaction, SqlValue};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::NoTls;
 use tokio_postgres::Row;
+
+use pool::{lend, Conn};
+use send::{Param, Session};
 
 use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};
@@ -50,31 +58,13 @@ use crate::record::{
     Checkpoint, Claim, Lease, LeaseLost, RecordInfo, RecordState, Replay, Response,
 };
 
-/// Connection settings of a store on PostgreSQL (see [`crate::Config::postgres`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) url: String,
-    pub(crate) pool_size: usize,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) statement_timeout: Duration,
-    pub(crate) migrate: bool,
-    /// The local replay tier's byte budget (0: none) and the longest an entry is served.
-    pub(crate) tier_bytes: usize,
-    pub(crate) tier_max_age: Duration,
-}
+/// A fencing token is `epoch << FENCE_EPOCH_SHIFT | n` (migration 4): `epoch` the server's WAL
+/// timeline when the token was drawn, `n` from the `idemdb_fence` sequence.
+pub(crate) const FENCE_EPOCH_SHIFT: u32 = 47;
 
-impl Settings {
-    pub(crate) fn new(url: String) -> Self {
-        Settings {
-            url,
-            pool_size: 16,
-            connect_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(5),
-            migrate: true,
-            tier_bytes: 0,
-            tier_max_age: Duration::from_secs(60),
-        }
-    }
+/// The epoch (the server's timeline) a fencing token was drawn in (0: before migration 4).
+pub(crate) fn epoch_of(fence: u64) -> u64 {
+    fence >> FENCE_EPOCH_SHIFT
 }
 
 /// Record states as stored in `idemdb_requests.state`.
@@ -89,8 +79,17 @@ const RERUNS: u32 = 8;
 /// A store on PostgreSQL: a connection pool, the store's id and its settings.
 pub(crate) struct PgStore {
     pool: Pool,
+    /// How statements are sent (named prepared, or unnamed for poolers).
+    mode: StatementMode,
     store_id: u128,
     statement_timeout: Duration,
+    /// How long opening waits for another instance's migration.
+    migration_lock_timeout: Duration,
+    /// The highest fencing epoch (the server's timeline) this store has seen in a token: a
+    /// higher one in a new token means the database failed over (see [`epoch_of`]).
+    epoch_seen: std::sync::atomic::AtomicU64,
+    /// How many times `epoch_seen` went up.
+    failovers_seen: std::sync::atomic::AtomicU64,
     /// Tests only: a clock whose reading replaces the database's (the conformance suite's
     /// manual clock). `None` in every real store.
     clock: Option<Arc<dyn Clock>>,
@@ -123,8 +122,57 @@ fn describe(e: &tokio_postgres::Error) -> String {
 
 /// Classifies a database error once, at the boundary.
 fn classify(e: tokio_postgres::Error) -> Error {
-    let e_text = describe(&e);
+    classify_parts(&e)
+}
+
+/// What a connection failure without SQLSTATE says about the configuration: `Some(what to fix)`
+/// when it is one (TLS that cannot be agreed or verified, credentials the client lacks, a
+/// setting tokio-postgres refuses), `None` when it is the network or the server being away.
+fn rejection(e: &tokio_postgres::Error) -> Option<&'static str> {
+    let text = e.to_string();
+    if text.starts_with("error performing TLS handshake") {
+        let cause = std::error::Error::source(e);
+        let tls_itself = cause.is_some_and(tls::is_tls_rejection)
+            || cause.is_some_and(|c| c.to_string().contains("server does not support TLS"));
+        return tls_itself.then_some(
+            "check sslmode, sslrootcert (the CA that signed the server's certificate) and the \
+             host name the certificate names",
+        );
+    }
+    if text.starts_with("authentication error") {
+        return Some("check the user and password in the URL");
+    }
+    if text.starts_with("invalid configuration") {
+        return Some("check the URL");
+    }
+    None
+}
+
+/// [`classify`] without taking the error.
+fn classify_parts(e: &tokio_postgres::Error) -> Error {
+    let e_text = describe(e);
     match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                || *c == SqlState::INVALID_CATALOG_NAME
+                || *c == SqlState::SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION =>
+        {
+            Error::ConnectionRejected {
+                message: format!(
+                    "PostgreSQL: {e_text}; check the user, password, database and sslmode \
+                     against the server's pg_hba.conf"
+                ),
+            }
+        }
+        Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => Error::Unavailable {
+            message: format!(
+                "PostgreSQL is read-only here (a standby, or a primary being demoted in a \
+                 failover): {e_text}; the connection was closed, the next call connects afresh \
+                 (use a multi-host URL with target_session_attrs=read-write; if this persists, \
+                 the URL names a standby)"
+            ),
+        },
         Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_OBJECT => {
             Error::SchemaMismatch {
                 found: "no idemdb tables (the schema was never applied)".into(),
@@ -151,18 +199,15 @@ fn classify(e: tokio_postgres::Error) -> Error {
             }
         }
         Some(_) => Error::Engine(format!("PostgreSQL: {e_text}")),
-        // No SQLSTATE: the connection failed or closed (I/O, TLS, protocol).
-        None => Error::Unavailable {
-            message: format!("PostgreSQL connection: {e_text}"),
-        },
-    }
-}
-
-fn pool_error(e: deadpool_postgres::PoolError) -> Error {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => classify(e),
-        other => Error::Unavailable {
-            message: format!("PostgreSQL connection pool: {other}"),
+        // No SQLSTATE: the connection failed or closed (I/O, TLS, protocol), or the client's
+        // configuration cannot work with this server.
+        None => match rejection(e) {
+            Some(fix) => Error::ConnectionRejected {
+                message: format!("PostgreSQL connection: {e_text}; {fix}"),
+            },
+            None => Error::Unavailable {
+                message: format!("PostgreSQL connection: {e_text}"),
+            },
         },
     }
 }
@@ -287,11 +332,8 @@ impl HolderCall {
 
     /// The statement's parameters: the five every holder's statement shares (namespace, tenant,
     /// key, fence, test clock), then its own.
-    pub(crate) fn params<'a>(
-        &'a self,
-        head: [&'a (dyn ToSql + Sync); 5],
-    ) -> Vec<&'a (dyn ToSql + Sync)> {
-        let own: Vec<&(dyn ToSql + Sync)> = match (&self.bytes, &self.meta, &self.ms, &self.text) {
+    pub(crate) fn params<'a>(&'a self, head: [&'a dyn Param; 5]) -> Vec<&'a dyn Param> {
+        let own: Vec<&dyn Param> = match (&self.bytes, &self.meta, &self.ms, &self.text) {
             (Some(b), Some(m), _, _) => vec![b, m],
             (Some(b), None, _, Some(t)) => vec![t, b],
             (_, _, Some(ms), _) => vec![ms],
@@ -301,14 +343,14 @@ impl HolderCall {
     }
 }
 
-/// Runs one prepared statement on `c`; its row, if any.
+/// Runs one statement on `c` in `mode`; its row, if any.
 pub(super) async fn one(
     c: &deadpool_postgres::Object,
+    mode: StatementMode,
     sql: &str,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[&dyn Param],
 ) -> Result<Option<tokio_postgres::Row>> {
-    let st = c.prepare_cached(sql).await.map_err(classify)?;
-    c.query_opt(&st, params).await.map_err(classify)
+    c.one(mode, sql, params).await.map_err(classify)
 }
 
 /// Why a lease with fence `ours` is no longer held, from its row as read (`state`, `fence`,
@@ -366,10 +408,13 @@ impl PgStore {
         }
         let row = store
             .timed(async {
-                let c = store.pool.get().await.map_err(pool_error)?;
-                c.query_one("SELECT store_id FROM idemdb_meta", &[])
+                let c = store.conn().await?;
+                let row = c
+                    .one(store.mode, "SELECT store_id FROM idemdb_meta", &[])
                     .await
-                    .map_err(classify)
+                    .map_err(classify)?;
+                c.keep();
+                row.ok_or_else(|| crate::error::corrupted("idemdb_meta", "no row"))
             })
             .await?;
         let id: Vec<u8> = row.get(0);
@@ -384,50 +429,63 @@ impl PgStore {
     /// A pool for the database at `s.url`, not yet connected, checking nothing (for the
     /// migration commands, which must work on any schema version).
     pub(crate) fn connect(s: &Settings, clock: Option<Arc<dyn Clock>>) -> Result<PgStore> {
-        let mut pg: tokio_postgres::Config = s.url.parse().map_err(|e| {
-            Error::InvalidInput(crate::error::InvalidInput::Config(format!(
-                "PostgreSQL URL {:?}: {e}",
-                redact(&s.url)
-            )))
-        })?;
-        pg.connect_timeout(s.connect_timeout);
-        if pg.get_application_name().is_none() {
-            pg.application_name("idemdb");
-        }
-        // Keep the URL's own options (a search_path, for example) and add the timeout.
-        let options = format!(
-            "{} -c statement_timeout={}",
-            pg.get_options().unwrap_or_default(),
-            s.statement_timeout.as_millis()
-        );
-        pg.options(options.trim_start());
-        let mgr = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(mgr)
-            .max_size(s.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(s.connect_timeout))
-            .create_timeout(Some(s.connect_timeout))
-            .recycle_timeout(Some(s.connect_timeout))
-            .build()
-            .map_err(|e| Error::InvalidInput(crate::error::InvalidInput::Config(e.to_string())))?;
+        let (pool, resolved) = pool::build(s)?;
         Ok(PgStore {
             pool,
+            mode: resolved.statement_mode,
             store_id: 0,
             statement_timeout: s.statement_timeout,
+            migration_lock_timeout: s.migration_lock_timeout,
+            epoch_seen: std::sync::atomic::AtomicU64::new(0),
+            failovers_seen: std::sync::atomic::AtomicU64::new(0),
             clock,
         })
     }
 
+    /// Notes the epoch of a token just drawn: a higher one than this store saw before means the
+    /// database failed over (a standby was promoted) since.
+    fn note_epoch(&self, fence: u64) {
+        let epoch = epoch_of(fence);
+        let before = self
+            .epoch_seen
+            .fetch_max(epoch, std::sync::atomic::Ordering::Relaxed);
+        if before != 0 && epoch > before {
+            self.failovers_seen
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                target: "idemdb",
+                timeline_before = before,
+                timeline_now = epoch,
+                "PostgreSQL failed over (its timeline went up): every lease from before is \
+                 refused on records claimed since; under asynchronous replication, writes \
+                 acknowledged just before the failover may be missing (docs/operating.md)"
+            );
+        }
+    }
+
+    /// How many failovers this store has seen in the tokens it drew (see
+    /// [`PgStore::note_epoch`]), and the newest epoch.
+    pub(crate) fn failovers(&self) -> (u64, u64) {
+        (
+            self.failovers_seen
+                .load(std::sync::atomic::Ordering::Relaxed),
+            self.epoch_seen.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// A connection from the pool for one call ([`Conn::keep`] it when the call finished
+    /// cleanly; dropped otherwise, it is closed).
+    pub(crate) async fn conn(&self) -> Result<Conn> {
+        lend(&self.pool).await
+    }
+
     /// Bounds a database call by the statement timeout (plus a second for the network): a
-    /// database that does not answer is [`Error::Unavailable`], never a hang.
+    /// database that does not answer is [`Error::Unavailable`], never a hang. A call that failed
+    /// as unavailable closes the pool's idle connections too (`pool.rs`).
     async fn timed<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        match tokio::time::timeout(self.statement_timeout + Duration::from_secs(1), f).await {
+        let r = match tokio::time::timeout(self.statement_timeout + Duration::from_secs(1), f).await
+        {
             Ok(r) => r,
             Err(_) => Err(Error::Unavailable {
                 message: format!(
@@ -435,7 +493,11 @@ impl PgStore {
                     self.statement_timeout + Duration::from_secs(1)
                 ),
             }),
+        };
+        if matches!(r, Err(Error::Unavailable { .. })) {
+            pool::flush_idle(&self.pool);
         }
+        r
     }
 
     /// The clock override as a statement parameter (`NULL`: the database's clock).
@@ -447,99 +509,183 @@ impl PgStore {
 
     /// Runs the prepared statement `sql` on a pooled connection, bounded by the timeouts; its
     /// rows (every statement here returns at most one).
-    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
+    async fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Option<Row>> {
         self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            let st = c.prepare_cached(sql).await.map_err(classify)?;
-            c.query_opt(&st, params).await.map_err(classify)
+            let c = self.conn().await?;
+            let row = c.one(self.mode, sql, params).await.map_err(classify)?;
+            c.keep();
+            Ok(row)
         })
         .await
     }
 
     /// As [`PgStore::query`], for a statement that returns no rows: how many rows it changed.
-    pub(crate) async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+    pub(crate) async fn execute(&self, sql: &str, params: &[&dyn Param]) -> Result<u64> {
         self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            let st = c.prepare_cached(sql).await.map_err(classify)?;
-            c.execute(&st, params).await.map_err(classify)
+            let c = self.conn().await?;
+            let n = c.changed(self.mode, sql, params).await.map_err(classify)?;
+            c.keep();
+            Ok(n)
         })
         .await
     }
 
-    /// The highest applied schema version (0: none).
+    /// The highest applied schema version (0: none), read without any lock (a store opening on
+    /// a current schema waits for no other instance).
     pub(crate) async fn schema_version(&self) -> Result<i32> {
         self.timed(async {
-            let c = self.bookkept().await?;
-            let row = c
-                .query_one(
+            let c = self.conn().await?;
+            let exists = c
+                .one(
+                    self.mode,
+                    "SELECT to_regclass('idemdb_migrations') IS NOT NULL",
+                    &[],
+                )
+                .await
+                .map_err(classify)?
+                .is_some_and(|r| r.get::<_, bool>(0));
+            let version = if exists {
+                c.one(
+                    self.mode,
                     "SELECT COALESCE(max(version), 0) FROM idemdb_migrations",
                     &[],
                 )
                 .await
-                .map_err(classify)?;
-            Ok(row.get::<_, i32>(0))
+                .map_err(classify)?
+                .map_or(0, |r| r.get::<_, i32>(0))
+            } else {
+                0
+            };
+            c.keep();
+            Ok(version)
         })
         .await
     }
 
-    /// A pooled connection on which the bookkeeping table exists.
-    async fn bookkept(&self) -> Result<deadpool_postgres::Object> {
-        let c = self.pool.get().await.map_err(pool_error)?;
-        c.batch_execute(migrations::BOOKKEEPING)
-            .await
-            .map_err(classify)?;
-        Ok(c)
-    }
-
     /// Applies every migration above the current version, up to `to` (default: all), each in
-    /// its own transaction under the advisory lock. Returns the versions applied.
+    /// its own transaction under the schema's advisory lock. Returns the versions applied. When
+    /// the schema is already there, no lock is taken.
     pub(crate) async fn migrate_up(&self, to: Option<i32>) -> Result<Vec<i32>> {
-        let mut c = self.bookkept().await?;
+        let target = to.unwrap_or_else(migrations::current_version);
+        if self.schema_version().await? >= target {
+            return Ok(Vec::new());
+        }
+        let mut c = self.conn().await?;
         let mut applied = Vec::new();
         for m in migrations::MIGRATIONS {
-            if to.is_some_and(|t| m.version > t) {
+            if m.version > target {
                 break;
             }
-            if run_step(&mut c, m, true).await? {
+            if self.run_step(&mut c, m, true).await? {
                 applied.push(m.version);
             }
         }
+        c.keep();
         Ok(applied)
     }
 
     /// Undoes the applied migrations above version `to` (0: all of them, dropping every idemdb
     /// table and its data), newest first. Returns the versions undone.
     pub(crate) async fn migrate_down(&self, to: i32) -> Result<Vec<i32>> {
-        let mut c = self.bookkept().await?;
+        if self.schema_version().await? <= to {
+            return Ok(Vec::new());
+        }
+        let mut c = self.conn().await?;
         let mut undone = Vec::new();
         for m in migrations::MIGRATIONS.iter().rev() {
             if m.version <= to {
                 break;
             }
-            if run_step(&mut c, m, false).await? {
+            if self.run_step(&mut c, m, false).await? {
                 undone.push(m.version);
             }
         }
+        c.keep();
         Ok(undone)
     }
 
     /// The applied migrations: (version, name, applied at, as text).
     pub(crate) async fn migration_status(&self) -> Result<Vec<(i32, String, String)>> {
-        let c = self.bookkept().await?;
+        if self.schema_version().await? == 0 {
+            return Ok(Vec::new());
+        }
+        let c = self.conn().await?;
         let rows = c
-            .query(
+            .rows(
+                self.mode,
                 "SELECT version, name, applied_at::text FROM idemdb_migrations ORDER BY version",
                 &[],
             )
             .await
             .map_err(classify)?;
+        c.keep();
         Ok(rows
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect())
     }
 
-    /// The database's time in milliseconds (or the test clock's).
+    /// Runs one migration step, up or down, in its own transaction under the advisory lock of
+    /// the schema it changes (`current_schema()`: stores in other schemas of the server never
+    /// wait for each other); whether it ran (not when the bookkeeping says it is already
+    /// applied, or not applied). The wait for the lock is bounded by the migration lock timeout
+    /// (its own error, [`Error::MigrationTimeout`]), not by the statement timeout, and the
+    /// step's statements by nothing but the server.
+    async fn run_step(&self, c: &mut Conn, m: &migrations::Migration, up: bool) -> Result<bool> {
+        let wait = self.migration_lock_timeout;
+        let locked = |e: tokio_postgres::Error| {
+            if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+                Error::MigrationTimeout { waited: wait }
+            } else {
+                classify(e)
+            }
+        };
+        let tx = c.transaction().await.map_err(classify)?;
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = {}",
+            wait.as_millis().max(1)
+        ))
+        .await
+        .map_err(classify)?;
+        tx.changed(self.mode, migrations::LOCK, &[&migrations::LOCK_CLASS])
+            .await
+            .map_err(locked)?;
+        tx.batch_execute(migrations::BOOKKEEPING)
+            .await
+            .map_err(locked)?;
+        let applied = tx
+            .one(
+                self.mode,
+                "SELECT 1 FROM idemdb_migrations WHERE version = $1",
+                &[&m.version],
+            )
+            .await
+            .map_err(classify)?
+            .is_some();
+        let runs = applied != up;
+        if runs && up {
+            tx.batch_execute(m.up).await.map_err(locked)?;
+            tx.changed(
+                self.mode,
+                "INSERT INTO idemdb_migrations (version, name) VALUES ($1, $2)",
+                &[&m.version, &m.name],
+            )
+            .await
+            .map_err(classify)?;
+        } else if runs {
+            tx.batch_execute(m.down).await.map_err(locked)?;
+            tx.changed(
+                self.mode,
+                "DELETE FROM idemdb_migrations WHERE version = $1",
+                &[&m.version],
+            )
+            .await
+            .map_err(classify)?;
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(runs)
+    }
+
     pub(crate) async fn now(&self) -> Result<Millis> {
         let row = self.query(statements::NOW, &[&self.now_param()]).await?;
         let t = row.ok_or_else(|| Error::Engine("PostgreSQL: now() returned no row".into()))?;
@@ -569,7 +715,7 @@ impl PgStore {
         let mut sql = statements::CLAIM_FAST;
         for _ in 0..RERUNS {
             let now = self.now_param();
-            let params: [&(dyn ToSql + Sync); 7] = [
+            let params: [&dyn Param; 7] = [
                 &ns_c,
                 &tenant,
                 &key,
@@ -589,6 +735,7 @@ impl PgStore {
             let fence = from_i64("fence", row.get("fence"))?;
             let lease_until = from_i64("lease_until", row.get("lease_until"))?;
             if acquired {
+                self.note_epoch(fence);
                 return Ok((
                     Claim::Acquired(Lease {
                         tenant: tenant.to_vec(),
@@ -749,47 +896,6 @@ impl PgStore {
                 .await?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
-}
-
-/// Runs one migration step, up or down, in its own transaction under the advisory lock; whether
-/// it ran (not when the bookkeeping says it is already applied, or not applied).
-async fn run_step(
-    c: &mut deadpool_postgres::Object,
-    m: &migrations::Migration,
-    up: bool,
-) -> Result<bool> {
-    let tx = c.transaction().await.map_err(classify)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&migrations::LOCK_KEY])
-        .await
-        .map_err(classify)?;
-    let applied = tx
-        .query_opt(
-            "SELECT 1 FROM idemdb_migrations WHERE version = $1",
-            &[&m.version],
-        )
-        .await
-        .map_err(classify)?
-        .is_some();
-    let runs = applied != up;
-    if runs && up {
-        tx.batch_execute(m.up).await.map_err(classify)?;
-        tx.execute(
-            "INSERT INTO idemdb_migrations (version, name) VALUES ($1, $2)",
-            &[&m.version, &m.name],
-        )
-        .await
-        .map_err(classify)?;
-    } else if runs {
-        tx.batch_execute(m.down).await.map_err(classify)?;
-        tx.execute(
-            "DELETE FROM idemdb_migrations WHERE version = $1",
-            &[&m.version],
-        )
-        .await
-        .map_err(classify)?;
-    }
-    tx.commit().await.map_err(classify)?;
-    Ok(runs)
 }
 
 /// The URL without its password, for messages.

@@ -91,7 +91,7 @@ ins AS (
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
-    " + $6::bigint, nextval('idemdb_fence'), 1, 0, 0, ",
+    " + $6::bigint, idemdb_fence_next(), 1, 0, 0, ",
     now_expr!("$7"),
     " + $5::bigint, false
     WHERE NOT EXISTS (SELECT 1 FROM r)

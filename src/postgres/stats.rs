@@ -40,6 +40,11 @@ pub struct PostgresStats {
     pub causal: u64,
     /// The idemdb tables' size on disk with their indexes and TOAST, in bytes.
     pub table_bytes: u64,
+    /// This store's view of failovers: the fencing epoch (the server's WAL timeline) of the
+    /// newest token it drew, 0 before its first claim.
+    pub fencing_epoch: u64,
+    /// How many times this store saw the epoch go up (a standby promoted since it opened).
+    pub failovers_seen: u64,
 }
 
 impl PgStore {
@@ -69,6 +74,8 @@ impl PgStore {
             offset_windows: n(12)?,
             causal: n(13)?,
             table_bytes: n(14)?,
+            fencing_epoch: self.failovers().1,
+            failovers_seen: self.failovers().0,
         })
     }
 }

@@ -14,7 +14,8 @@ use bytes::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
-use super::{classify, pool_error, PgStore};
+use super::send::Session;
+use super::{classify, PgStore};
 use crate::commit::{CommitConflict, Committed};
 use crate::error::{Error, InvalidInput, Result};
 
@@ -133,6 +134,20 @@ impl ToSql for Param<'_> {
     tokio_postgres::types::to_sql_checked!();
 }
 
+/// The type an unnamed statement ([`crate::StatementMode::Unnamed`]) declares for a value: its
+/// widest (a `NULL` is sent as `text`: cast it in the SQL where another type is needed).
+impl super::send::Param for Param<'_> {
+    fn pg_type(&self) -> Type {
+        match self.0 {
+            SqlValue::Null | SqlValue::Text(_) => Type::TEXT,
+            SqlValue::Bool(_) => Type::BOOL,
+            SqlValue::Int(_) => Type::INT8,
+            SqlValue::Float(_) => Type::FLOAT8,
+            SqlValue::Bytes(_) => Type::BYTEA,
+        }
+    }
+}
+
 /// A result row's values, for the column types [`SqlValue`] has.
 fn values(row: &Row) -> Result<Vec<SqlValue>> {
     let bad = |i: usize, ty: &Type| {
@@ -195,13 +210,13 @@ impl SqlTransaction {
     pub(crate) async fn begin(pg: Arc<PgStore>) -> Result<SqlTransaction> {
         let client = pg
             .timed(async {
-                let c = pg.pool.get().await.map_err(pool_error)?;
+                let c = pg.conn().await?;
                 c.batch_execute("BEGIN").await.map_err(classify)?;
-                Ok(c)
+                Ok(c.into_object())
             })
             .await?;
         Ok(SqlTransaction {
-            client: Some(client),
+            client,
             pg,
             begun: true,
         })
@@ -211,10 +226,10 @@ impl SqlTransaction {
     /// trip less): for [`crate::AsyncCommit::apply`], which runs no statement of its own first.
     pub(crate) async fn deferred(pg: Arc<PgStore>) -> Result<SqlTransaction> {
         let client = pg
-            .timed(async { pg.pool.get().await.map_err(pool_error) })
+            .timed(async { Ok(pg.conn().await?.into_object()) })
             .await?;
         Ok(SqlTransaction {
-            client: Some(client),
+            client,
             pg,
             begun: false,
         })
@@ -230,13 +245,12 @@ impl SqlTransaction {
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64> {
         let c = self.client()?;
         let params: Vec<Param<'_>> = params.iter().map(Param).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let refs: Vec<&dyn super::send::Param> = params
+            .iter()
+            .map(|p| p as &dyn super::send::Param)
+            .collect();
         self.pg
-            .timed(async {
-                let st = c.prepare_cached(sql).await.map_err(classify)?;
-                c.execute(&st, &refs).await.map_err(classify)
-            })
+            .timed(async { c.changed(self.pg.mode, sql, &refs).await.map_err(classify) })
             .await
     }
 
@@ -244,14 +258,13 @@ impl SqlTransaction {
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>> {
         let c = self.client()?;
         let params: Vec<Param<'_>> = params.iter().map(Param).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let refs: Vec<&dyn super::send::Param> = params
+            .iter()
+            .map(|p| p as &dyn super::send::Param)
+            .collect();
         let rows = self
             .pg
-            .timed(async {
-                let st = c.prepare_cached(sql).await.map_err(classify)?;
-                c.query(&st, &refs).await.map_err(classify)
-            })
+            .timed(async { c.rows(self.pg.mode, sql, &refs).await.map_err(classify) })
             .await?;
         rows.iter().map(values).collect()
     }

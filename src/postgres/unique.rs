@@ -4,7 +4,7 @@
 //! `idemdb_release_reservation`, migration 3); a reservation bound to a lease frees itself when
 //! the lease ends, with no write.
 
-use super::{lost_lease, ns_code, one, pool_error, statements as sql, to_i64, PgStore};
+use super::{lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
 use crate::error::{Error, Result};
 use crate::record::{Lease, LeaseLost};
 use crate::unique::{Released, Reservation};
@@ -20,8 +20,10 @@ impl PgStore {
         lease: Option<&Lease>,
     ) -> Result<std::result::Result<Reservation, LeaseLost>> {
         self.timed(async {
-            let c = self.pool.get().await.map_err(pool_error)?;
-            self.reserve_on(&c, index, value, owner, lease).await
+            let c = self.conn().await?;
+            let r = self.reserve_on(&c, index, value, owner, lease).await?;
+            c.keep();
+            Ok(r)
         })
         .await
     }
@@ -47,6 +49,7 @@ impl PgStore {
         let now = self.now_param();
         let row = one(
             c,
+            self.mode,
             sql::RESERVE,
             &[&index, &value, &owner, &ns, &tenant, &key, &fence, &now],
         )

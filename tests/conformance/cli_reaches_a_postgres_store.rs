@@ -32,7 +32,7 @@ async fn postgres() {
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && out.contains("not applied"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url]);
-    assert!(ok && out.contains("ran schema steps [1, 2, 3]"), "{out}");
+    assert!(ok && out.contains("ran schema steps [1, 2, 3, 4]"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && !out.contains("not applied"), "{out}");
 
@@ -122,7 +122,7 @@ async fn postgres() {
     drop(store);
 
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--to", "0"]);
-    assert!(ok && out.contains("ran schema steps [3, 2, 1]"), "{out}");
+    assert!(ok && out.contains("ran schema steps [4, 3, 2, 1]"), "{out}");
     let (ok, out) = idemdb(&["inspect", "--postgres", &url, "acme", "k1"]);
     assert!(
         !ok && out.contains("idemdb migrate --postgres URL"),

@@ -4,10 +4,18 @@ use std::time::Duration;
 
 use idemdb::{AsyncStore, Config, Durability, ManualClock};
 
-/// The PostgreSQL server of the suite.
+/// The PostgreSQL server of the suite, as the stores under test reach it (`IDEMDB_TEST_POSTGRES`
+/// may add idemdb's options: `?sslmode=verify-full&sslrootcert=...`, `?statement_mode=unnamed`,
+/// or point at a pooler).
 pub fn pg_url() -> String {
     std::env::var("IDEMDB_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The same server as the suite's administrator reaches it, plainly (`IDEMDB_TEST_POSTGRES_ADMIN`;
+/// default: [`pg_url`]).
+pub fn admin_url() -> String {
+    std::env::var("IDEMDB_TEST_POSTGRES_ADMIN").unwrap_or_else(|_| pg_url())
 }
 
 /// A store under test, its manual clock, and what to remove afterwards.
@@ -104,12 +112,22 @@ pub fn schema_name(test: &str) -> String {
 
 /// The suite's URL with `search_path` set to `schema`.
 pub fn in_schema(schema: &str) -> String {
-    format!("{}?options=-c%20search_path%3D{schema}", pg_url())
+    with_search_path(pg_url(), schema)
+}
+
+/// The administrator's URL with `search_path` set to `schema`, for a test's own client.
+pub fn admin_in_schema(schema: &str) -> String {
+    with_search_path(admin_url(), schema)
+}
+
+fn with_search_path(url: String, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
 }
 
 /// Runs SQL as the suite's administrator; fails the test naming the server if it is down.
 pub async fn admin(sql: &str) {
-    let url = pg_url();
+    let url = admin_url();
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| {

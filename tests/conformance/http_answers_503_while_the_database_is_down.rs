@@ -14,7 +14,7 @@ use idemdb::Config;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use crate::harness::{drop_schema, fresh_schema, pg_url};
+use crate::harness::{admin_url, drop_schema, fresh_schema};
 use crate::http_common::{client, req, serve_on};
 
 /// A TCP proxy to PostgreSQL that can cut every connection and refuse new ones.
@@ -68,7 +68,7 @@ impl Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     let schema = fresh_schema(module_path!()).await;
-    let server: tokio_postgres::Config = pg_url().parse().unwrap();
+    let server: tokio_postgres::Config = admin_url().parse().unwrap();
     let host = match &server.get_hosts()[0] {
         tokio_postgres::config::Host::Tcp(h) => h.clone(),
         other => panic!("the suite's PostgreSQL must be reached over TCP, not {other:?}"),

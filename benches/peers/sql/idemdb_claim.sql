@@ -3,7 +3,7 @@ WITH r AS (
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
         fence, attempts, takeovers, state, lease_until, taken_over)
-    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, nextval('idemdb_fence'), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false
+    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, idemdb_fence_next(), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false
     WHERE NOT EXISTS (SELECT 1 FROM r)
     ON CONFLICT DO NOTHING
     RETURNING true AS acquired, q.fence, q.attempts, q.taken_over, q.lease_until, q.expires_at, q.checkpoint_phase, q.checkpoint_state, q.fingerprint, q.state, q.finished_at, q.response_body, q.response_meta, q.created_at AS now)

@@ -1,6 +1,12 @@
 //! The demo: a simulated payment service under retries, duplicate deliveries and crashing workers.
-//! Invariant of the check: the charge ledger is kept outside the store, so "charged exactly once"
-//! is counted independently of what the store claims.
+//! Invariants of the check:
+//! - the charge ledger is kept outside the store, so "charged exactly once" is counted
+//!   independently of what the store claims;
+//! - every expectation holds whatever order the client threads run in: a key is reused for
+//!   another amount only after its first request was answered, by the client that sent it (what
+//!   a buggy client does), so the reuse always meets a finished record and is always refused;
+//! - an answer the demo did not expect is a failed check of the demo, reported with what was
+//!   expected and what came; only an error of the store itself is reported as the store's.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -63,6 +69,33 @@ enum Reply {
     Crashed,
     Busy(Duration),
     Unprocessable,
+    /// A claim outcome this demo does not know (`Claim` is non-exhaustive).
+    Unknown(String),
+}
+
+/// Why a demo run could not give its verdict: the store failed a call, or an answer broke what
+/// the demo expects (a failed check of the demo, not a store error).
+#[derive(Debug)]
+pub enum DemoError {
+    Store(idemdb::Error),
+    Check { expected: String, got: String },
+}
+
+impl std::fmt::Display for DemoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DemoError::Store(e) => write!(f, "the store failed a call: {e}"),
+            DemoError::Check { expected, got } => {
+                write!(f, "demo check failed: expected {expected}; got {got}")
+            }
+        }
+    }
+}
+
+impl From<idemdb::Error> for DemoError {
+    fn from(e: idemdb::Error) -> Self {
+        DemoError::Store(e)
+    }
 }
 
 fn fingerprint(p: &Payment, amount: u64) -> Vec<u8> {
@@ -131,14 +164,12 @@ fn handle(
             Ok(Reply::Unprocessable)
         }
         Claim::Failed(r) => Ok(Reply::Ok(r.response.body)),
-        // Claim is non-exhaustive: an outcome this demo does not know is an error, not a guess.
-        other => Err(idemdb::Error::Engine(format!(
-            "unexpected claim outcome {other:?}"
-        ))),
+        // Claim is non-exhaustive: an outcome this demo does not know fails its check, not a guess.
+        other => Ok(Reply::Unknown(format!("{other:?}"))),
     }
 }
 
-pub fn run(o: &Options) -> idemdb::Result<bool> {
+pub fn run(o: &Options) -> Result<bool, DemoError> {
     let tmp;
     let dir = match &o.db {
         Some(d) => d.clone(),
@@ -179,23 +210,22 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
     let next = AtomicUsize::new(0);
     let misuse_rejected = AtomicU64::new(0);
     let misuse_tried = AtomicU64::new(0);
-    let failure: Mutex<Option<idemdb::Error>> = Mutex::new(None);
+    let failure: Mutex<Option<DemoError>> = Mutex::new(None);
     let seed =
         u64::from_str_radix(&idemdb::mint_key(&idemdb::SystemClock)[10..22], 32).unwrap_or(7);
     let started = std::time::Instant::now();
 
     // Work items: each payment once, plus duplicate deliveries pushed as separate items so that
-    // another client thread sends them concurrently.
-    let mut work: Vec<(usize, u64)> = Vec::new();
+    // another client thread sends them concurrently. An item marked for reuse is followed, by the
+    // same client once it has its answer, by a request with the same key and another amount.
+    let mut work: Vec<(usize, bool)> = Vec::new();
     let mut r = Rng(seed);
-    for (i, p) in payments.iter().enumerate() {
-        work.push((i, p.amount));
+    for i in 0..payments.len() {
+        let reuse = r.percent(MISUSE);
+        work.push((i, reuse));
         if r.percent(DUPLICATE) {
-            work.push((i, p.amount));
+            work.push((i, false));
             tally.duplicates_sent.fetch_add(1, Ordering::Relaxed);
-        }
-        if r.percent(MISUSE) {
-            work.push((i, p.amount + 1));
         }
     }
     let work = Arc::new(work);
@@ -208,55 +238,91 @@ pub fn run(o: &Options) -> idemdb::Result<bool> {
                 (&misuse_rejected, &misuse_tried, &payments);
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let fail = |e: DemoError| {
+                    let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+                    f.get_or_insert(e);
+                };
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(id, amount)) = work.get(i) else {
+                    let Some(&(id, reuse)) = work.get(i) else {
                         return;
                     };
                     let p = &payments[id];
-                    let misuse = amount != p.amount;
-                    if misuse {
-                        misuse_tried.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let mut first = true;
-                    loop {
-                        if !first {
-                            tally.retries.fetch_add(1, Ordering::Relaxed);
+                    // The payment as sent, then (for an item marked for reuse, once the first
+                    // request was answered) the same key with another amount.
+                    let sends: &[(u64, bool)] = if reuse {
+                        &[(p.amount, false), (p.amount + 1, true)]
+                    } else {
+                        &[(p.amount, false)]
+                    };
+                    for &(amount, misuse) in sends {
+                        if misuse {
+                            misuse_tried.fetch_add(1, Ordering::Relaxed);
                         }
-                        first = false;
-                        let reply = match handle(store, id, p, amount, &mut rng, ledger, tally) {
-                            Ok(r) => r,
-                            Err(e) => {
-                                *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                                return;
+                        let mut first = true;
+                        loop {
+                            if !first {
+                                tally.retries.fetch_add(1, Ordering::Relaxed);
                             }
-                        };
-                        match reply {
-                            Reply::Ok(body) => {
-                                if rng.percent(LOST_REPLY) {
-                                    continue; // the reply never arrived: retry at once
+                            first = false;
+                            let reply = match handle(store, id, p, amount, &mut rng, ledger, tally)
+                            {
+                                Ok(r) => r,
+                                Err(e) => return fail(e.into()),
+                            };
+                            match reply {
+                                Reply::Ok(body) if misuse => {
+                                    return fail(DemoError::Check {
+                                        expected: format!(
+                                        "422 for payment {id}'s key reused for amount {amount} \
+                                         after it was charged {}",
+                                        p.amount
+                                    ),
+                                        got: format!(
+                                            "a success: {:?}",
+                                            String::from_utf8_lossy(&body)
+                                        ),
+                                    });
                                 }
-                                replies
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .entry(id)
-                                    .or_default()
-                                    .push(body);
-                                break;
-                            }
-                            Reply::Unprocessable => {
-                                if misuse {
-                                    misuse_rejected.fetch_add(1, Ordering::Relaxed);
+                                Reply::Ok(body) => {
+                                    if rng.percent(LOST_REPLY) {
+                                        continue; // the reply never arrived: retry at once
+                                    }
+                                    replies
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .entry(id)
+                                        .or_default()
+                                        .push(body);
                                     break;
                                 }
-                                // Only a misused key can mismatch; anything else is a bug.
-                                *failure.lock().unwrap_or_else(|e| e.into_inner()) =
-                                    Some(idemdb::Error::Engine("unexpected mismatch".into()));
-                                return;
-                            }
-                            Reply::Crashed => std::thread::sleep(LEASE / 2),
-                            Reply::Busy(after) => {
-                                std::thread::sleep(after.min(Duration::from_millis(50)))
+                                Reply::Unprocessable => {
+                                    if misuse {
+                                        misuse_rejected.fetch_add(1, Ordering::Relaxed);
+                                        break;
+                                    }
+                                    // Only a reused key can mismatch; anything else is a bug.
+                                    return fail(DemoError::Check {
+                                        expected: format!(
+                                            "payment {id} (amount {amount}, its own key) to be \
+                                         charged or replayed"
+                                        ),
+                                        got: "422: the key was refused as used for another request"
+                                            .into(),
+                                    });
+                                }
+                                Reply::Unknown(outcome) => {
+                                    return fail(DemoError::Check {
+                                        expected: format!(
+                                            "a claim outcome the demo knows for payment {id}"
+                                        ),
+                                        got: outcome,
+                                    });
+                                }
+                                Reply::Crashed => std::thread::sleep(LEASE / 2),
+                                Reply::Busy(after) => {
+                                    std::thread::sleep(after.min(Duration::from_millis(50)))
+                                }
                             }
                         }
                     }

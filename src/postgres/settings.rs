@@ -1,0 +1,342 @@
+//! A PostgreSQL store's connection settings, and the options idemdb reads from the URL itself.
+//! Invariants:
+//! - the URL is the single source a deployment has to get right: `sslmode`, `sslrootcert` and
+//!   `statement_mode` are read from it (URL form `postgres://...?sslmode=verify-full` or key/value
+//!   form `host=... sslmode=verify-full`), and every other option is left, unchanged, to
+//!   tokio-postgres (multi-host lists, `target_session_attrs`, `options`, ...); a `Config` setter
+//!   wins over the URL;
+//! - a URL that cannot be parsed, or an option value idemdb does not know, is
+//!   [`InvalidInput::Config`] at open, with the URL's password never shown.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::tls::{Tls, TlsMode, TlsRoots};
+use crate::error::{InvalidInput, Result};
+
+/// How a PostgreSQL store sends its statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatementMode {
+    /// Named prepared statements, prepared once per connection and cached (the fastest; needs a
+    /// direct connection, a session-mode pooler, or PgBouncer 1.21+ with
+    /// `max_prepared_statements`).
+    #[default]
+    Prepared,
+    /// No named prepared statements: every statement is sent unnamed with its parameter types
+    /// (one round trip, as a prepared one), so that idemdb runs through a pooler in transaction
+    /// mode (PgBouncer before 1.21, or without `max_prepared_statements`; Supavisor's port 6543;
+    /// RDS Proxy without pinning). URL: `statement_mode=unnamed`.
+    Unnamed,
+}
+
+/// How long a PostgreSQL store's commits wait for standbys (the server's `synchronous_commit`,
+/// set for the store's sessions). See docs/operating.md, "Running on managed PostgreSQL", for
+/// what each guarantees across a failover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SynchronousCommit {
+    /// `on`: the commit is flushed locally and, with synchronous standbys configured
+    /// (`synchronous_standby_names`), on them.
+    On,
+    /// `remote_apply`: as `On`, and applied on the synchronous standbys (visible there to
+    /// readers) before the store answers.
+    RemoteApply,
+    /// `remote_write`: written, not yet flushed, by the synchronous standbys.
+    RemoteWrite,
+    /// `local`: flushed locally only, never waiting for a standby.
+    Local,
+}
+
+impl SynchronousCommit {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SynchronousCommit::On => "on",
+            SynchronousCommit::RemoteApply => "remote_apply",
+            SynchronousCommit::RemoteWrite => "remote_write",
+            SynchronousCommit::Local => "local",
+        }
+    }
+}
+
+/// Connection settings of a store on PostgreSQL (see [`crate::Config::postgres`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) url: String,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) statement_timeout: Duration,
+    pub(crate) migrate: bool,
+    /// How long opening waits for another instance's schema migration.
+    pub(crate) migration_lock_timeout: Duration,
+    /// The local replay tier's byte budget (0: none) and the longest an entry is served.
+    pub(crate) tier_bytes: usize,
+    pub(crate) tier_max_age: Duration,
+    /// Setters' choices, over the URL's.
+    pub(crate) tls_mode: Option<TlsMode>,
+    pub(crate) tls_roots: Option<TlsRoots>,
+    pub(crate) statement_mode: Option<StatementMode>,
+    pub(crate) synchronous_commit: Option<SynchronousCommit>,
+}
+
+impl Settings {
+    pub(crate) fn new(url: String) -> Self {
+        Settings {
+            url,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            migrate: true,
+            migration_lock_timeout: Duration::from_secs(60),
+            tier_bytes: 0,
+            tier_max_age: Duration::from_secs(60),
+            tls_mode: None,
+            tls_roots: None,
+            statement_mode: None,
+            synchronous_commit: None,
+        }
+    }
+
+    /// The URL taken apart: what tokio-postgres parses, and idemdb's own options with the
+    /// setters applied.
+    pub(crate) fn resolve(&self) -> Result<Resolved> {
+        let own = split_url(&self.url)?;
+        Ok(Resolved {
+            rest: own.rest,
+            tls: Tls {
+                mode: self.tls_mode.or(own.tls_mode).unwrap_or(TlsMode::Prefer),
+                roots: self.tls_roots.clone().or(own.tls_roots),
+            },
+            statement_mode: self
+                .statement_mode
+                .or(own.statement_mode)
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// [`Settings::resolve`]'s answer.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// The URL without idemdb's options, for tokio-postgres.
+    pub(crate) rest: String,
+    pub(crate) tls: Tls,
+    pub(crate) statement_mode: StatementMode,
+}
+
+/// idemdb's options found in a URL, and the URL without them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Own {
+    tls_mode: Option<TlsMode>,
+    tls_roots: Option<TlsRoots>,
+    statement_mode: Option<StatementMode>,
+    rest: String,
+}
+
+impl Own {
+    /// Takes `key=value` if it is one of idemdb's options; whether it was.
+    fn take(&mut self, key: &str, value: &str) -> Result<bool> {
+        match key {
+            "sslmode" => self.tls_mode = Some(TlsMode::parse(value)?),
+            "sslrootcert" => {
+                self.tls_roots = Some(if value == "system" {
+                    TlsRoots::System
+                } else {
+                    TlsRoots::File(PathBuf::from(value))
+                })
+            }
+            "statement_mode" => {
+                self.statement_mode = Some(match value {
+                    "prepared" => StatementMode::Prepared,
+                    "unnamed" => StatementMode::Unnamed,
+                    other => {
+                        return Err(InvalidInput::Config(format!(
+                            "statement_mode={other:?} is not prepared or unnamed"
+                        ))
+                        .into())
+                    }
+                })
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+fn split_url(url: &str) -> Result<Own> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        split_uri(url)
+    } else {
+        split_key_value(url)
+    }
+}
+
+/// `postgres://user@host/db?a=1&sslmode=require`: the query's pairs, percent-decoded.
+fn split_uri(url: &str) -> Result<Own> {
+    let mut own = Own::default();
+    let Some((base, query)) = url.split_once('?') else {
+        own.rest = url.to_string();
+        return Ok(own);
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(v)
+            .decode_utf8()
+            .map_err(|_| {
+                InvalidInput::Config(format!(
+                    "PostgreSQL URL: the value of {k} is not UTF-8 once percent-decoded"
+                ))
+            })?;
+        if !own.take(k, &value)? {
+            kept.push(pair);
+        }
+    }
+    own.rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok(own)
+}
+
+/// `host=a port=5432 sslmode='verify-full'`: libpq's key/value form (values optionally in single
+/// quotes, with `\'` and `\\` inside).
+fn split_key_value(s: &str) -> Result<Own> {
+    let mut own = Own::default();
+    let mut kept: Vec<&str> = Vec::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    let bad = |m: &str| InvalidInput::Config(format!("PostgreSQL connection string: {m}"));
+    while i < bytes.len() {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == bytes.len() {
+            break;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i] != b'=' && !bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let key = &s[start..i];
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == bytes.len() || bytes[i] != b'=' {
+            return Err(bad(&format!("{key:?} has no value (key=value expected)")).into());
+        }
+        i += 1;
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let mut value = String::new();
+        if i < bytes.len() && bytes[i] == b'\'' {
+            i += 1;
+            loop {
+                match bytes.get(i) {
+                    None => {
+                        return Err(bad(&format!("the value of {key} has no closing quote")).into())
+                    }
+                    Some(b'\'') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(b'\\') if i + 1 < bytes.len() => {
+                        value.push(bytes[i + 1] as char);
+                        i += 2;
+                    }
+                    Some(_) => {
+                        let ch = s[i..].chars().next().unwrap_or(' ');
+                        value.push(ch);
+                        i += ch.len_utf8();
+                    }
+                }
+            }
+        } else {
+            let vstart = i;
+            while i < bytes.len() && !bytes[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            value.push_str(&s[vstart..i]);
+        }
+        if !own.take(key, &value)? {
+            kept.push(&s[start..i]);
+        }
+    }
+    own.rest = kept.join(" ");
+    Ok(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_options_are_taken_and_the_rest_kept_in_order() {
+        let own = split_url(
+            "postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&sslmode=verify-full\
+             &sslrootcert=%2Fetc%2Fca.pem&application_name=x&statement_mode=unnamed",
+        )
+        .unwrap();
+        assert_eq!(own.tls_mode, Some(TlsMode::VerifyFull));
+        assert_eq!(own.tls_roots, Some(TlsRoots::File("/etc/ca.pem".into())));
+        assert_eq!(own.statement_mode, Some(StatementMode::Unnamed));
+        assert_eq!(
+            own.rest,
+            "postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&application_name=x"
+        );
+        let plain = split_url("postgresql://u@h/db").unwrap();
+        assert_eq!(plain.rest, "postgresql://u@h/db");
+        assert_eq!(plain.tls_mode, None);
+        let only = split_url("postgres://u@h/db?sslmode=disable").unwrap();
+        assert_eq!(only.rest, "postgres://u@h/db");
+        assert_eq!(only.tls_mode, Some(TlsMode::Disable));
+    }
+
+    #[test]
+    fn key_value_options_are_taken_with_quotes() {
+        let own = split_url(
+            "host=a,b port=1,2 sslmode = 'verify-ca' sslrootcert='/x/it\\'s ca.pem' \
+             options='-c search_path=s' dbname=test",
+        )
+        .unwrap();
+        assert_eq!(own.tls_mode, Some(TlsMode::VerifyCa));
+        assert_eq!(own.tls_roots, Some(TlsRoots::File("/x/it's ca.pem".into())));
+        assert_eq!(
+            own.rest,
+            "host=a,b port=1,2 options='-c search_path=s' dbname=test"
+        );
+        assert!(split_url("host=a sslmode").is_err());
+        assert!(split_url("host=a sslmode='x").is_err());
+    }
+
+    #[test]
+    fn unknown_values_are_configuration_errors() {
+        for url in [
+            "postgres://h/db?sslmode=verify",
+            "postgres://h/db?statement_mode=simple",
+            "host=h sslmode=maybe",
+        ] {
+            let e = split_url(url).unwrap_err();
+            assert!(
+                matches!(e, crate::Error::InvalidInput(InvalidInput::Config(_))),
+                "{url}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn setters_win_over_the_url() {
+        let mut s = Settings::new("postgres://h/db?sslmode=require&statement_mode=unnamed".into());
+        s.tls_mode = Some(TlsMode::Disable);
+        s.statement_mode = Some(StatementMode::Prepared);
+        let r = s.resolve().unwrap();
+        assert_eq!(r.tls.mode, TlsMode::Disable);
+        assert_eq!(r.statement_mode, StatementMode::Prepared);
+        assert_eq!(r.rest, "postgres://h/db");
+        let d = Settings::new("postgres://h/db".into()).resolve().unwrap();
+        assert_eq!(d.tls.mode, TlsMode::Prefer);
+        assert_eq!(d.statement_mode, StatementMode::Prepared);
+    }
+}
