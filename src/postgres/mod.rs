@@ -165,6 +165,19 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
                 ),
             }
         }
+        Some(c)
+            if *c == SqlState::INVALID_SQL_STATEMENT_NAME || *c == SqlState::DUPLICATE_PSTATEMENT =>
+        {
+            Error::ConnectionRejected {
+                message: format!(
+                    "PostgreSQL: {e_text}; named prepared statements do not survive this \
+                     connection: it goes through a pooler in transaction mode (PgBouncer before \
+                     1.21 or without max_prepared_statements, Supavisor, RDS Proxy): add \
+                     statement_mode=unnamed to the URL, or call \
+                     Config::statement_mode(StatementMode::Unnamed)"
+                ),
+            }
+        }
         Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => Error::Unavailable {
             message: format!(
                 "PostgreSQL is read-only here (a standby, or a primary being demoted in a \

@@ -79,19 +79,36 @@ impl Harness {
     }
 }
 
-/// A new, empty schema for the test at `module` (dropped first if a failed run left it behind).
+/// Whether each test gets a database of its own instead of a schema
+/// (`IDEMDB_TEST_ISOLATION=database`): for a pooler in transaction mode, which drops the startup
+/// options that set a schema's `search_path` but routes any database name to the server.
+fn database_per_test() -> bool {
+    std::env::var("IDEMDB_TEST_ISOLATION").is_ok_and(|v| v == "database")
+}
+
+/// A new, empty schema (or database, see [`database_per_test`]) for the test at `module`
+/// (dropped first if a failed run left it behind).
 pub async fn fresh_schema(module: &str) -> String {
     let schema = schema_name(module);
-    admin(&format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-    ))
-    .await;
+    if database_per_test() {
+        admin(&format!("DROP DATABASE IF EXISTS {schema} WITH (FORCE)")).await;
+        admin(&format!("CREATE DATABASE {schema}")).await;
+    } else {
+        admin(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await;
+    }
     schema
 }
 
-/// Drops a test's schema with everything in it.
+/// Drops a test's schema (or database) with everything in it.
 pub async fn drop_schema(schema: &str) {
-    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    if database_per_test() {
+        admin(&format!("DROP DATABASE IF EXISTS {schema} WITH (FORCE)")).await;
+    } else {
+        admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    }
 }
 
 /// The schema of a test: its module path, in characters PostgreSQL takes unquoted.
@@ -106,7 +123,7 @@ pub fn schema_name(test: &str) -> String {
             }
         })
         .collect();
-    s.truncate(55);
+    s.truncate(54); // PostgreSQL names are at most 63 bytes
     format!("idemdb_t_{s}")
 }
 
@@ -121,8 +138,25 @@ pub fn admin_in_schema(schema: &str) -> String {
 }
 
 fn with_search_path(url: String, schema: &str) -> String {
+    if database_per_test() {
+        return with_database(&url, schema);
+    }
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// `url` (`postgres://auth@hosts/db?query`) naming the database `db` instead.
+fn with_database(url: &str, db: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let authority = before_query.split('/').next().unwrap_or(before_query);
+    match query {
+        Some(q) => format!("{scheme}://{authority}/{db}?{q}"),
+        None => format!("{scheme}://{authority}/{db}"),
+    }
 }
 
 /// Runs SQL as the suite's administrator; fails the test naming the server if it is down.
