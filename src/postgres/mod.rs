@@ -166,7 +166,8 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
             }
         }
         Some(c)
-            if *c == SqlState::INVALID_SQL_STATEMENT_NAME || *c == SqlState::DUPLICATE_PSTATEMENT =>
+            if *c == SqlState::INVALID_SQL_STATEMENT_NAME
+                || *c == SqlState::DUPLICATE_PSTATEMENT =>
         {
             Error::ConnectionRejected {
                 message: format!(
@@ -299,42 +300,46 @@ pub(crate) struct HolderCall {
     meta: Option<Vec<String>>,
     ms: Option<i64>,
     text: Option<String>,
+    /// The change as `idemdb_holder`'s `p_op` (1 complete, 2 fail, 3 release, 4 renew,
+    /// 5 checkpoint), for the unnamed statement mode.
+    op: i16,
 }
 
 impl HolderCall {
     pub(crate) fn new(change: HolderChange) -> Result<HolderCall> {
-        let call = |sql, bytes, meta, ms, text| HolderCall {
+        let call = |(sql, op), bytes, meta, ms, text| HolderCall {
             sql,
             bytes,
             meta,
             ms,
             text,
+            op,
         };
         Ok(match change {
             HolderChange::Complete(r) => call(
-                statements::COMPLETE,
+                (statements::COMPLETE, 1),
                 Some(r.body),
                 Some(encode_meta(&r.meta)),
                 None,
                 None,
             ),
             HolderChange::FailTerminal(r) => call(
-                statements::FAIL,
+                (statements::FAIL, 2),
                 Some(r.body),
                 Some(encode_meta(&r.meta)),
                 None,
                 None,
             ),
-            HolderChange::Release => call(statements::RELEASE, None, None, None, None),
+            HolderChange::Release => call((statements::RELEASE, 3), None, None, None, None),
             HolderChange::Renew(extra) => call(
-                statements::RENEW,
+                (statements::RENEW, 4),
                 None,
                 None,
                 Some(to_i64("renewal", extra)?),
                 None,
             ),
             HolderChange::Checkpoint(cp) => call(
-                statements::CHECKPOINT,
+                (statements::CHECKPOINT, 5),
                 Some(cp.state),
                 None,
                 None,
@@ -352,6 +357,13 @@ impl HolderCall {
             (_, _, Some(ms), _) => vec![ms],
             _ => Vec::new(),
         };
+        head.into_iter().chain(own).collect()
+    }
+
+    /// `idemdb_holder`'s parameters ([`statements::HOLDER_FN`]): the five shared ones, the
+    /// change, and its values (`NULL` where the change has none).
+    pub(crate) fn function_params<'a>(&'a self, head: [&'a dyn Param; 5]) -> Vec<&'a dyn Param> {
+        let own: [&dyn Param; 5] = [&self.op, &self.bytes, &self.meta, &self.ms, &self.text];
         head.into_iter().chain(own).collect()
     }
 }
@@ -725,7 +737,12 @@ impl PgStore {
         let ns_c = ns_code(ns);
         // The common cases (a new key, a finished record, a live lease, another fingerprint) are
         // decided by the first statement; a row that looks acquirable goes to the function.
-        let mut sql = statements::CLAIM_FAST;
+        // Unnamed statements are planned at every call: the function's statements are planned
+        // once per server connection and cached there (measured: docs/benchmarks.md).
+        let mut sql = match self.mode {
+            StatementMode::Prepared => statements::CLAIM_FAST,
+            StatementMode::Unnamed => statements::CLAIM,
+        };
         for _ in 0..RERUNS {
             let now = self.now_param();
             let params: [&dyn Param; 7] = [
@@ -819,6 +836,28 @@ impl PgStore {
         let call = HolderCall::new(change)?;
         for _ in 0..RERUNS {
             let now = self.now_param();
+            if self.mode == StatementMode::Unnamed {
+                // One call of the function: it applies the change, or says why not.
+                let params = call.function_params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
+                let row = self.query(statements::HOLDER_FN, &params).await?;
+                let Some(row) = row else {
+                    return Err(Error::Engine(
+                        "PostgreSQL: idemdb_holder returned no row".into(),
+                    ));
+                };
+                if let Some(until) = row.get::<_, Option<i64>>("done_until") {
+                    return Ok(Ok(from_i64("lease_until", until)?));
+                }
+                match lost_lease(
+                    row.get("state"),
+                    row.get("fence"),
+                    row.get("expired"),
+                    fence,
+                )? {
+                    Some(lost) => return Ok(Err(lost)),
+                    None => continue,
+                }
+            }
             let params = call.params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
             if let Some(row) = self.query(call.sql, &params).await? {
                 return Ok(Ok(from_i64("lease_until", row.get("lease_until"))?));

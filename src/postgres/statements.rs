@@ -111,6 +111,15 @@ SELECT * FROM r"
 pub(crate) const CLAIM: &str = "SELECT * FROM idemdb_claim($1::smallint, $2::bytea, $3::bytea, \
     $4::bytea, $5::bigint, $6::bigint, $7::bigint)";
 
+/// A holder's call as one call of migration 2's `idemdb_holder` function (the unnamed statement
+/// mode, whose statements are planned at every call: the function's are planned once per server
+/// connection): $1 ns, $2 tenant, $3 key, $4 fence, $5 test clock, $6 the change (1 complete,
+/// 2 fail, 3 release, 4 renew, 5 checkpoint), $7 bytes, $8 metadata, $9 milliseconds, $10 text.
+/// `done_until` is the lease's end when it applied; otherwise the row's state, fence and whether
+/// it expired say why (all `NULL`: no row).
+pub(crate) const HOLDER_FN: &str = "SELECT * FROM idemdb_holder($1::smallint, $2::bytea, \
+    $3::bytea, $4::bigint, $5::bigint, $6::smallint, $7::bytea, $8::text[], $9::bigint, $10::text)";
+
 /// A holder's call, one `UPDATE` per kind: $1 ns, $2 tenant, $3 key, $4 fence, $5 test clock,
 /// then the change's own values. It applies only to the pending row carrying the lease's fence
 /// that has not expired, and answers the lease's end (`lease_until`); no row: it applied to

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
-//!     [--only pg,pg-tier,recipe,redis,embedded] [--smoke]
+//!     [--only pg,pg-tier,recipe,redis,embedded] [--idemdb-options sslmode=disable] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
@@ -42,6 +42,10 @@ struct Settings {
     rounds: usize,
     /// Only these systems (all when empty): `pg`, `pg-tier`, `recipe`, `redis`, `embedded`.
     only: Vec<String>,
+    /// URL options of idemdb's stores (`--idemdb-options`): plain TCP by default, as the
+    /// recipe's client connects; `sslmode=require` measures TLS, `statement_mode=unnamed` the
+    /// pooler mode.
+    idem_opts: String,
 }
 
 fn parse_args() -> R<Settings> {
@@ -50,6 +54,7 @@ fn parse_args() -> R<Settings> {
         tasks: vec![1, 4, 16],
         rounds: 6,
         only: Vec::new(),
+        idem_opts: "sslmode=disable".into(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -69,6 +74,7 @@ fn parse_args() -> R<Settings> {
                 }
             }
             "--only" => s.only = value()?.split(',').map(str::to_owned).collect(),
+            "--idemdb-options" => s.idem_opts = value()?,
             "--smoke" => {
                 s.keys = 64;
                 s.tasks = vec![1, 4];
@@ -474,14 +480,20 @@ async fn main_async(s: Settings) -> R<()> {
             ))
             .await?;
         }
-        let idem = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{idem_schema}"))
+        let idem = Config::postgres(format!(
+            "{PG_URL}?options=-c%20search_path%3D{idem_schema}&{}",
+            s.idem_opts
+        ))
             .pool_size(tasks)
             .sweep_interval(None)
             .open_async()
             .await
             .map_err(|e| e.to_string())?;
         // The same store with the local replay tier (claim+complete is as without a tier).
-        let tiered = Config::postgres(format!("{PG_URL}?options=-c%20search_path%3D{tier_schema}"))
+        let tiered = Config::postgres(format!(
+            "{PG_URL}?options=-c%20search_path%3D{tier_schema}&{}",
+            s.idem_opts
+        ))
             .pool_size(tasks)
             .sweep_interval(None)
             .replay_tier(64 << 20)
