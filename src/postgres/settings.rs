@@ -203,65 +203,52 @@ fn split_uri(url: &str) -> Result<Own> {
 /// `host=a port=5432 sslmode='verify-full'`: libpq's key/value form (values optionally in single
 /// quotes, with `\'` and `\\` inside).
 fn split_key_value(s: &str) -> Result<Own> {
+    let bad = |m: String| -> crate::Error {
+        InvalidInput::Config(format!("PostgreSQL connection string: {m}")).into()
+    };
     let mut own = Own::default();
     let mut kept: Vec<&str> = Vec::new();
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    let bad = |m: &str| InvalidInput::Config(format!("PostgreSQL connection string: {m}"));
-    while i < bytes.len() {
-        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
-            i += 1;
+    let mut it = s.char_indices().peekable();
+    let skip_space = |it: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        while it.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+    };
+    loop {
+        skip_space(&mut it);
+        let Some(&(start, _)) = it.peek() else { break };
+        while it
+            .next_if(|(_, c)| *c != '=' && !c.is_whitespace())
+            .is_some()
+        {}
+        let key_end = it.peek().map_or(s.len(), |&(i, _)| i);
+        let key = s.get(start..key_end).unwrap_or_default();
+        skip_space(&mut it);
+        if it.next_if(|(_, c)| *c == '=').is_none() {
+            return Err(bad(format!("{key:?} has no value (key=value expected)")));
         }
-        if i == bytes.len() {
-            break;
-        }
-        let start = i;
-        while i < bytes.len() && bytes[i] != b'=' && !bytes[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let key = &s[start..i];
-        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i == bytes.len() || bytes[i] != b'=' {
-            return Err(bad(&format!("{key:?} has no value (key=value expected)")).into());
-        }
-        i += 1;
-        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
-            i += 1;
-        }
+        skip_space(&mut it);
         let mut value = String::new();
-        if i < bytes.len() && bytes[i] == b'\'' {
-            i += 1;
+        if it.next_if(|(_, c)| *c == '\'').is_some() {
             loop {
-                match bytes.get(i) {
-                    None => {
-                        return Err(bad(&format!("the value of {key} has no closing quote")).into())
-                    }
-                    Some(b'\'') => {
-                        i += 1;
-                        break;
-                    }
-                    Some(b'\\') if i + 1 < bytes.len() => {
-                        value.push(bytes[i + 1] as char);
-                        i += 2;
-                    }
-                    Some(_) => {
-                        let ch = s[i..].chars().next().unwrap_or(' ');
-                        value.push(ch);
-                        i += ch.len_utf8();
-                    }
+                match it.next() {
+                    None => return Err(bad(format!("the value of {key} has no closing quote"))),
+                    Some((_, '\'')) => break,
+                    Some((_, '\\')) => match it.next() {
+                        Some((_, c)) => value.push(c),
+                        None => {
+                            return Err(bad(format!("the value of {key} has no closing quote")))
+                        }
+                    },
+                    Some((_, c)) => value.push(c),
                 }
             }
         } else {
-            let vstart = i;
-            while i < bytes.len() && !bytes[i].is_ascii_whitespace() {
-                i += 1;
+            while let Some((_, c)) = it.next_if(|(_, c)| !c.is_whitespace()) {
+                value.push(c);
             }
-            value.push_str(&s[vstart..i]);
         }
+        let end = it.peek().map_or(s.len(), |&(i, _)| i);
         if !own.take(key, &value)? {
-            kept.push(&s[start..i]);
+            kept.push(s.get(start..end).unwrap_or_default());
         }
     }
     own.rest = kept.join(" ");

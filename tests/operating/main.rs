@@ -1,6 +1,7 @@
 //! Operating idemdb (docs/operating.md): the spans of store operations and HTTP requests, the
 //! metrics of a scripted workload read back through a recorder, `idemdb inspect` and `stats` on a
-//! store another process holds open, and a read-only store's refusals. One module per behaviour;
+//! store another process holds open, a read-only store's refusals, and the `idemdb` command's
+//! arguments (its `--help`, as docs/cli.md shows it, and its usage errors). One module per behaviour;
 //! one of them: `cargo test --release --features http,postgres --test operating <module>`.
 #[path = "../common/mod.rs"]
 mod common;
@@ -9,6 +10,7 @@ mod common;
 mod http_common;
 mod spans;
 
+mod cli_help_matches_docs_for_every_command;
 #[cfg(feature = "http")]
 mod http_span_names_outcome_and_status_never_bytes;
 mod inspect_lists_a_damaged_value_and_goes_on;

@@ -4,15 +4,34 @@
 
 use std::process::ExitCode;
 
-type Flags = [(String, Option<String>)];
+use crate::Forget;
+
+/// A command on a fleet's store, with its arguments (parsed in main.rs).
+pub(crate) enum Fleet {
+    /// `--status`: list the schema steps; else move the schema to `to` (`None`: the latest).
+    Migrate {
+        to: Option<i32>,
+        status: bool,
+    },
+    Stats {
+        watch: bool,
+        json: bool,
+    },
+    Sweep,
+    /// The request record of `tenant` `key`.
+    Inspect {
+        tenant: String,
+        key: String,
+    },
+    Forget {
+        what: Forget,
+        scope: String,
+        key: String,
+    },
+}
 
 #[cfg(not(feature = "postgres"))]
-pub(crate) fn run(
-    _cmd: &str,
-    _url: &str,
-    _flags: &Flags,
-    _pair: Result<(String, String), String>,
-) -> Result<ExitCode, String> {
+pub(crate) fn run(_url: &str, _cmd: Fleet) -> Result<ExitCode, String> {
     Err(
         "this idemdb was built without the `postgres` feature; rebuild it with \
          `cargo build --release --features postgres`"
@@ -21,43 +40,28 @@ pub(crate) fn run(
 }
 
 #[cfg(feature = "postgres")]
-pub(crate) fn run(
-    cmd: &str,
-    url: &str,
-    flags: &Flags,
-    pair: Result<(String, String), String>,
-) -> Result<ExitCode, String> {
+pub(crate) fn run(url: &str, cmd: Fleet) -> Result<ExitCode, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    rt.block_on(run_async(cmd, url, flags, pair))
+    rt.block_on(run_async(url, cmd))
 }
 
 #[cfg(feature = "postgres")]
-async fn run_async(
-    cmd: &str,
-    url: &str,
-    flags: &Flags,
-    pair: Result<(String, String), String>,
-) -> Result<ExitCode, String> {
+async fn run_async(url: &str, cmd: Fleet) -> Result<ExitCode, String> {
     use idemdb::Config;
     let err = |e: idemdb::Error| e.to_string();
     let cfg = Config::postgres(url).sweep_interval(None);
-    let flag = |name: &str| flags.iter().find(|(f, _)| f == name);
     match cmd {
-        "migrate" if flag("--status").is_some() => {
+        Fleet::Migrate { status: true, .. } => {
             for step in cfg.schema_status().await.map_err(err)? {
                 let when = step.applied_at.as_deref().unwrap_or("not applied");
                 println!("{:>4}  {:<48}  {when}", step.version, step.name);
             }
             Ok(ExitCode::SUCCESS)
         }
-        "migrate" => {
-            let to = match flag("--to").and_then(|(_, v)| v.as_deref()) {
-                None => None,
-                Some(v) => Some(v.parse().map_err(|_| format!("--to {v}: not a version"))?),
-            };
+        Fleet::Migrate { to, .. } => {
             let changed = cfg.migrate_schema(to).await.map_err(err)?;
             if changed.is_empty() {
                 println!("the schema is already at the requested version");
@@ -66,7 +70,7 @@ async fn run_async(
             }
             Ok(ExitCode::SUCCESS)
         }
-        "sweep" => {
+        Fleet::Sweep => {
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
             let mut total = 0;
             loop {
@@ -79,8 +83,7 @@ async fn run_async(
             println!("swept {total} expired records");
             Ok(ExitCode::SUCCESS)
         }
-        "inspect" => {
-            let (t, k) = pair?;
+        Fleet::Inspect { tenant: t, key: k } => {
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
             match store.get(&t, &k).await.map_err(err)? {
                 None => {
@@ -93,9 +96,8 @@ async fn run_async(
                 }
             }
         }
-        "stats" => {
+        Fleet::Stats { watch, json } => {
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
-            let watch = flag("--watch").is_some();
             loop {
                 let s = store.postgres_stats().await.map_err(err)?;
                 let rows = [
@@ -115,7 +117,7 @@ async fn run_async(
                     ("causal entities", s.causal),
                     ("table bytes", s.table_bytes),
                 ];
-                if flag("--json").is_some() {
+                if json {
                     let obj: serde_json::Map<String, serde_json::Value> = rows
                         .iter()
                         .map(|(name, v)| (name.replace(' ', "_"), (*v).into()))
@@ -135,22 +137,20 @@ async fn run_async(
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         }
-        "forget" => {
-            let (t, k) = pair?;
+        Fleet::Forget {
+            what,
+            scope: t,
+            key: k,
+        } => {
             let store = cfg.migrate_on_open(false).open_async().await.map_err(err)?;
-            let found = if flag("--consumer").is_some() {
-                store.forget_message(&t, &k).await
-            } else if flag("--reservation").is_some() {
-                store.forget_reservation(&t, &[k.as_bytes()]).await
-            } else {
-                store.forget(&t, &k).await
+            let found = match what {
+                Forget::Message => store.forget_message(&t, &k).await,
+                Forget::Reservation => store.forget_reservation(&t, &[k.as_bytes()]).await,
+                Forget::Record => store.forget(&t, &k).await,
             }
             .map_err(err)?;
             println!("{}", if found { "forgotten" } else { "no such record" });
             Ok(ExitCode::SUCCESS)
         }
-        other => Err(format!(
-            "{other} does not take --postgres (migrate, stats, sweep, inspect and forget do)"
-        )),
     }
 }

@@ -1,4 +1,9 @@
-//! The `idemdb` command: the payment-service demo, and operator commands against a store directory.
+//! The `idemdb` command: the payment-service demo, and operator commands against a store
+//! directory (`--db DIR`) or a fleet's store on PostgreSQL (`--postgres URL`, fleet.rs).
+//! Arguments are parsed by clap (derive): `--help` for the binary and every command, `--version`,
+//! exit status 2 on a usage error. docs/cli.md holds every `--help` output (scripts/cli-help
+//! writes it; the `operating` tests check that it matches), so the help text here is the
+//! reference of the commands.
 
 mod demo;
 mod fleet;
@@ -7,35 +12,261 @@ mod inspect;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use idemdb::{Config, RecordState, Store};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, ColorChoice, CommandFactory, FromArgMatches, Parser, Subcommand};
+use idemdb::{Config, DataKind, RecordState, Store};
 
-const USAGE: &str = "usage:
-  idemdb demo [--db DIR] [--payments N] [--clients N] [--buffered]
-  idemdb stats   --db DIR [--watch] [--json]
-  idemdb inspect --db DIR [--kind KIND[,KIND..]|all] [--prefix] [--limit N] [--json] [SCOPE [KEY]]
-      KIND: records (default), messages, entities, causal, vectors, reservations, offsets.
-      SCOPE is the tenant, consumer group or index; KEY the key, message id, entity id, the
-      reservation's value (its first part) or the offsets' topic; --prefix matches keys that
-      start with KEY. stats and inspect open the store read-only: they work on a store another
-      process has open.
-  idemdb sweep   --db DIR
-  idemdb forget  --db DIR TENANT KEY
-  idemdb forget  --db DIR --consumer GROUP MESSAGE_ID
-  idemdb forget  --db DIR --reservation INDEX VALUE
-PostgreSQL (fleet mode; URL like postgres://user@host:5432/db):
-  idemdb migrate --postgres URL [--to VERSION]   apply the schema (or undo it down to VERSION; 0: all)
-  idemdb migrate --postgres URL --status         list the schema steps and when each was applied
-  idemdb stats   --postgres URL                  count the records, messages, entities and more
-  idemdb sweep   --postgres URL                  delete expired records in batches
-  idemdb inspect --postgres URL TENANT KEY
-  idemdb forget  --postgres URL TENANT KEY
-  idemdb forget  --postgres URL --consumer GROUP MESSAGE_ID
-  idemdb forget  --postgres URL --reservation INDEX VALUE
-  idemdb stats   --postgres URL [--watch] [--json]";
+/// The PostgreSQL URL's environment variable (`--postgres`).
+const POSTGRES_ENV: &str = "IDEMDB_POSTGRES_URL";
+
+/// The idemdb operator tool.
+#[derive(Parser)]
+#[command(
+    name = "idemdb",
+    bin_name = "idemdb",
+    version,
+    about = "The idemdb operator tool: a payment-service demo, and commands on an embedded store \
+             (--db DIR)\nor on a fleet's store in PostgreSQL (--postgres URL, like \
+             postgres://user@host:5432/db).",
+    // The help is the same on every terminal (docs/cli.md is a copy of it).
+    term_width = 100,
+    color = ColorChoice::Never,
+    after_help = "Exit status: 0 done; 1 nothing found (inspect) or a failed demo check; 2 a usage \
+                  error or a\nfailed command. Every command's flags: idemdb help <COMMAND>, or \
+                  docs/cli.md."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the payment-service demo under retries, duplicates and crashes; check its ledger
+    Demo(DemoArgs),
+    /// Print the store's sizes and sweep lag (an embedded store is opened read-only)
+    Stats(StatsArgs),
+    /// List what is stored: records, messages, entities, reservations, offsets and more
+    Inspect(InspectArgs),
+    /// Delete the expired records
+    Sweep(SweepArgs),
+    /// Remove a request record, a consumer message (--consumer) or a reservation (--reservation)
+    Forget(ForgetArgs),
+    /// Apply the PostgreSQL schema, move it to a version (--to), or list its steps (--status)
+    Migrate(MigrateArgs),
+}
+
+// Where a command finds its store: an embedded store's directory or a fleet's PostgreSQL, exactly
+// one. The URL may come from the environment; a --db given on the command line wins over it
+// (resolved by `StoreArgs::resolve`: clap counts a value from the environment as given, so its
+// conflict check would refuse the pair).
+#[derive(Args)]
+#[group(id = "store", required = true, multiple = true)]
+struct StoreArgs {
+    /// The embedded store's directory; wins over IDEMDB_POSTGRES_URL
+    #[arg(long, value_name = "DIR")]
+    db: Option<PathBuf>,
+    /// The fleet's PostgreSQL URL; or from the env var
+    #[arg(long, value_name = "URL", env = POSTGRES_ENV, hide_env_values = true)]
+    postgres: Option<String>,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Keep the store in DIR (default: a temporary directory, removed at the end)
+    #[arg(long, value_name = "DIR")]
+    db: Option<PathBuf>,
+    /// How many payments the clients send
+    #[arg(long, value_name = "N", default_value_t = 4000)]
+    payments: usize,
+    /// How many client threads send them concurrently
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    clients: usize,
+    /// Durability::Buffered writes (no sync per write) instead of Durability::Synced
+    #[arg(long)]
+    buffered: bool,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print again every second, until interrupted
+    #[arg(long)]
+    watch: bool,
+    /// Print a JSON object instead of lines (with --watch: one per second)
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "KINDS: records, messages, entities, causal, vectors, reservations, offsets; \
+                  several separated by\ncommas, or all.\n\
+                  SCOPE is the tenant, consumer group or index; KEY the idempotency key, message \
+                  id, entity id, the\nreservation's value (its first part) or the offsets' topic. \
+                  Without KEY: all of SCOPE; without\nSCOPE: everything of the kind. An embedded \
+                  store is opened read-only: this works on a store in use.\n\
+                  With --postgres: the request record of TENANT KEY (give both; --kind, --prefix, \
+                  --limit and\n--json list an embedded store). Exit status 1 when nothing matched."
+)]
+struct InspectArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Kinds to list, comma-separated, or all (KINDS below)
+    #[arg(
+        long,
+        value_name = "KINDS",
+        default_value = "records",
+        value_parser = parse_kinds
+    )]
+    kind: Kinds,
+    /// List the keys that start with KEY, not only KEY itself
+    #[arg(long)]
+    prefix: bool,
+    /// List at most N items of each kind
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    limit: usize,
+    /// Print a JSON array of the items instead of a table
+    #[arg(long)]
+    json: bool,
+    /// The tenant, consumer group or index (default: every scope)
+    #[arg(value_name = "SCOPE")]
+    scope: Option<String>,
+    /// The key (or message id, entity id, reservation value, offsets' topic) in SCOPE
+    #[arg(value_name = "KEY")]
+    key: Option<String>,
+}
+
+/// `--kind`'s value: one kind, several separated by commas, or `all` (`inspect::kinds`).
+#[derive(Clone)]
+struct Kinds(Vec<DataKind>);
+
+fn parse_kinds(arg: &str) -> Result<Kinds, String> {
+    // clap names the flag and its value in front of this message already.
+    inspect::kinds(Some(arg))
+        .map(Kinds)
+        .map_err(|e| e.strip_prefix("--kind ").unwrap_or(&e).to_owned())
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Args)]
+#[command(
+    override_usage = "idemdb forget <--db <DIR>|--postgres <URL>> <TENANT> <KEY>
+       idemdb forget <--db <DIR>|--postgres <URL>> --consumer <GROUP> <MESSAGE_ID>
+       idemdb forget <--db <DIR>|--postgres <URL>> --reservation <INDEX> <VALUE>"
+)]
+struct ForgetArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Forget a consumer message: the arguments are GROUP MESSAGE_ID
+    #[arg(long, conflicts_with = "reservation")]
+    consumer: bool,
+    /// Forget a unique reservation: the arguments are INDEX VALUE
+    #[arg(long)]
+    reservation: bool,
+    /// The tenant; with --consumer the consumer group, with --reservation the index
+    #[arg(value_name = "TENANT")]
+    scope: String,
+    /// The idempotency key; with --consumer the message id, with --reservation the value
+    #[arg(value_name = "KEY")]
+    key: String,
+}
+
+#[derive(Args)]
+struct MigrateArgs {
+    /// The fleet's PostgreSQL URL; or from the env var
+    #[arg(long, value_name = "URL", env = POSTGRES_ENV, hide_env_values = true)]
+    postgres: String,
+    /// Move the schema to VERSION, not the latest (0: drop every idemdb table)
+    #[arg(long, value_name = "VERSION", conflicts_with = "status")]
+    to: Option<i32>,
+    /// List the schema steps and when each was applied; change nothing
+    #[arg(long)]
+    status: bool,
+}
+
+/// What `forget` removes.
+#[derive(Clone, Copy)]
+pub(crate) enum Forget {
+    /// A request record: TENANT KEY.
+    Record,
+    /// A consumer message: GROUP MESSAGE_ID.
+    Message,
+    /// A unique reservation: INDEX VALUE.
+    Reservation,
+}
+
+impl ForgetArgs {
+    fn what(&self) -> Forget {
+        if self.consumer {
+            Forget::Message
+        } else if self.reservation {
+            Forget::Reservation
+        } else {
+            Forget::Record
+        }
+    }
+}
+
+/// The store a command works on, once `--db` and `--postgres` are resolved.
+enum Target {
+    Db(PathBuf),
+    Postgres(String),
+}
+
+impl StoreArgs {
+    /// The one store named: `--db` wins over a URL from the environment; both on the command
+    /// line is a usage error (clap's group already refused neither).
+    fn resolve(self, command: &str, matches: &ArgMatches) -> Target {
+        match (self.db, self.postgres) {
+            (Some(db), None) => Target::Db(db),
+            (None, Some(url)) => Target::Postgres(url),
+            (Some(db), Some(_))
+                if matches.value_source("postgres") == Some(ValueSource::EnvVariable) =>
+            {
+                Target::Db(db)
+            }
+            (Some(_), Some(_)) => usage_error(
+                command,
+                ErrorKind::ArgumentConflict,
+                "the argument '--db <DIR>' cannot be used with '--postgres <URL>'",
+            ),
+            (None, None) => usage_error(
+                command,
+                ErrorKind::MissingRequiredArgument,
+                "the following required arguments were not provided:\n  <--db <DIR>|--postgres <URL>>",
+            ),
+        }
+    }
+}
+
+/// Reports a usage error found after parsing the way clap reports its own (the command's usage,
+/// exit status 2).
+fn usage_error(command: &str, kind: ErrorKind, message: &str) -> ! {
+    let mut cli = Cli::command();
+    cli.build();
+    let sub = cli
+        .find_subcommand_mut(command)
+        .expect("a command of the binary");
+    sub.error(kind, message).exit()
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let matches = Cli::command().get_matches();
+    let cli =
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut Cli::command()).exit());
+    let sub = matches
+        .subcommand()
+        .map(|(_, m)| m)
+        .expect("clap requires a command");
+    match run(cli.command, sub) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("idemdb: {e}");
@@ -44,56 +275,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Splits `--flag value` pairs and bare flags from positional arguments.
-struct Args {
-    db: Option<PathBuf>,
-    postgres: Option<String>,
-    flags: Vec<(String, Option<String>)>,
-    positional: Vec<String>,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut out = Args {
-        db: None,
-        postgres: None,
-        flags: Vec::new(),
-        positional: Vec::new(),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--db" => out.db = Some(it.next().ok_or("--db needs a directory")?.into()),
-            "--postgres" => out.postgres = Some(it.next().ok_or("--postgres needs a URL")?.clone()),
-            "--payments" | "--clients" | "--to" | "--limit" | "--kind" => {
-                let v = it.next().ok_or(format!("{a} needs a value"))?;
-                out.flags.push((a.clone(), Some(v.clone())));
-            }
-            "--buffered" | "--consumer" | "--status" | "--reservation" | "--watch" | "--json"
-            | "--prefix" => out.flags.push((a.clone(), None)),
-            f if f.starts_with("--") => return Err(format!("unknown flag {f}\n{USAGE}")),
-            _ => out.positional.push(a.clone()),
-        }
-    }
-    Ok(out)
-}
-
-impl Args {
-    fn has(&self, flag: &str) -> bool {
-        self.flags.iter().any(|(f, _)| f == flag)
-    }
-
-    fn value(&self, flag: &str) -> Option<&str> {
-        self.flags
-            .iter()
-            .find(|(f, _)| f == flag)
-            .and_then(|(_, v)| v.as_deref())
-    }
-}
-
 /// Opens the store at `--db` to change it (sweep, forget). A store another process holds open
 /// cannot be: RocksDB locks the directory for its one writer.
-fn open_existing(db: Option<PathBuf>) -> Result<Store, String> {
-    let db = db.ok_or(format!("this command needs --db DIR\n{USAGE}"))?;
+fn open_existing(db: PathBuf) -> Result<Store, String> {
     if !db.join("CURRENT").exists() {
         return Err(format!("{} holds no store", db.display()));
     }
@@ -113,8 +297,7 @@ fn open_existing(db: Option<PathBuf>) -> Result<Store, String> {
 }
 
 /// Opens the store at `--db` read-only, beside a process that may hold it open.
-fn open_follower(db: Option<PathBuf>) -> Result<Store, String> {
-    let db = db.ok_or(format!("this command needs --db DIR\n{USAGE}"))?;
+fn open_follower(db: PathBuf) -> Result<Store, String> {
     Config::new(db)
         .read_only(true)
         .sweep_interval(None)
@@ -122,41 +305,14 @@ fn open_follower(db: Option<PathBuf>) -> Result<Store, String> {
         .map_err(|e| e.to_string())
 }
 
-fn run(args: &[String]) -> Result<ExitCode, String> {
-    let Some(cmd) = args.first() else {
-        return Err(USAGE.into());
-    };
-    let a = parse(&args[1..])?;
-    let two = |a: &Args| -> Result<(String, String), String> {
-        match a.positional.as_slice() {
-            [t, k] => Ok((t.clone(), k.clone())),
-            _ => Err(format!("{cmd} needs TENANT KEY\n{USAGE}")),
-        }
-    };
-    if let Some(url) = &a.postgres {
-        let pair = if cmd == "stats" || cmd == "migrate" {
-            Ok((String::new(), String::new()))
-        } else {
-            two(&a)
-        };
-        return fleet::run(cmd, url, &a.flags, pair);
-    }
-    match cmd.as_str() {
-        "demo" => {
-            let num = |name: &str, default: usize| -> Result<usize, String> {
-                a.flags
-                    .iter()
-                    .find(|(f, _)| f == name)
-                    .and_then(|(_, v)| v.as_deref())
-                    .map_or(Ok(default), |v| {
-                        v.parse().map_err(|_| format!("{name}: not a number"))
-                    })
-            };
+fn run(command: Command, matches: &ArgMatches) -> Result<ExitCode, String> {
+    match command {
+        Command::Demo(a) => {
             let opts = demo::Options {
-                db: a.db.clone(),
-                payments: num("--payments", 4000)?,
-                clients: num("--clients", 32)?,
-                buffered: a.flags.iter().any(|(f, _)| f == "--buffered"),
+                db: a.db,
+                payments: a.payments,
+                clients: a.clients,
+                buffered: a.buffered,
             };
             let ok = demo::run(&opts).map_err(|e| e.to_string())?;
             Ok(if ok {
@@ -165,105 +321,160 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ExitCode::FAILURE
             })
         }
-        "stats" => {
-            let (watch, as_json) = (a.has("--watch"), a.has("--json"));
-            let store = open_follower(a.db.clone())?;
-            loop {
-                store.catch_up().map_err(|e| e.to_string())?;
-                let s = store.stats().map_err(|e| e.to_string())?;
-                if as_json {
-                    println!("{}", inspect::stats_json(&s));
-                } else {
-                    if watch {
-                        println!("--- {}", store.now());
-                    }
-                    for line in inspect::stats_lines(&s) {
-                        println!("{line}");
-                    }
+        Command::Stats(a) => match a.store.resolve("stats", matches) {
+            Target::Postgres(url) => fleet::run(
+                &url,
+                fleet::Fleet::Stats {
+                    watch: a.watch,
+                    json: a.json,
+                },
+            ),
+            Target::Db(db) => stats_db(db, a.watch, a.json),
+        },
+        Command::Inspect(a) => match a.store.resolve("inspect", matches) {
+            Target::Postgres(url) => {
+                let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+                if ["kind", "prefix", "limit", "json"].into_iter().any(given) {
+                    usage_error(
+                        "inspect",
+                        ErrorKind::ArgumentConflict,
+                        "--kind, --prefix, --limit and --json list an embedded store (--db); \
+                         inspect --postgres shows the request record of TENANT KEY",
+                    );
                 }
-                if !watch {
-                    return Ok(ExitCode::SUCCESS);
-                }
-                std::thread::sleep(std::time::Duration::from_secs(1));
+                let (Some(tenant), Some(key)) = (a.scope, a.key) else {
+                    usage_error(
+                        "inspect",
+                        ErrorKind::MissingRequiredArgument,
+                        "inspect --postgres needs TENANT KEY (the request record of that key)",
+                    );
+                };
+                fleet::run(&url, fleet::Fleet::Inspect { tenant, key })
             }
-        }
-        "inspect" => {
-            let kinds = inspect::kinds(a.value("--kind"))?;
-            let limit = match a.value("--limit") {
-                None => 1000,
-                Some(v) => v
-                    .parse()
-                    .map_err(|_| format!("--limit {v}: not a number"))?,
-            };
-            let (scope, key) = match a.positional.as_slice() {
-                [] => (None, None),
-                [s] => (Some(s.clone()), None),
-                [s, k] => (Some(s.clone()), Some(k.clone())),
-                _ => return Err(format!("inspect takes at most SCOPE KEY\n{USAGE}")),
-            };
-            let store = open_follower(a.db.clone())?;
-            let mut items = Vec::new();
-            for kind in kinds {
-                let prefix = key.as_deref().unwrap_or_default().as_bytes();
-                let found = store
-                    .scan(kind, scope.as_deref().map(str::as_bytes), prefix, limit)
+            Target::Db(db) => inspect_db(
+                db,
+                &a.kind.0,
+                a.scope.as_deref(),
+                a.key.as_deref(),
+                a.prefix,
+                a.limit,
+                a.json,
+            ),
+        },
+        Command::Sweep(a) => match a.store.resolve("sweep", matches) {
+            Target::Postgres(url) => fleet::run(&url, fleet::Fleet::Sweep),
+            Target::Db(db) => {
+                let store = open_existing(db)?;
+                let mut total = 0;
+                loop {
+                    let n = store.sweep(10_000).map_err(|e| e.to_string())?;
+                    total += n;
+                    if n < 10_000 {
+                        break;
+                    }
+                }
+                println!("swept {total} expired records");
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+        Command::Forget(a) => {
+            let what = a.what();
+            match a.store.resolve("forget", matches) {
+                Target::Postgres(url) => fleet::run(
+                    &url,
+                    fleet::Fleet::Forget {
+                        what,
+                        scope: a.scope,
+                        key: a.key,
+                    },
+                ),
+                Target::Db(db) => {
+                    let (t, k) = (a.scope, a.key);
+                    let store = open_existing(db)?;
+                    let found = match what {
+                        Forget::Message => store.forget_message(&t, &k),
+                        Forget::Reservation => store.forget_reservation(&t, &[k.as_bytes()]),
+                        Forget::Record => store.forget(&t, &k),
+                    }
                     .map_err(|e| e.to_string())?;
-                let exact = key.is_some() && !a.has("--prefix");
-                items.extend(
-                    found
-                        .into_iter()
-                        .filter(|i| !exact || inspect::matches(i, prefix)),
-                );
-            }
-            if a.has("--json") {
-                let all: Vec<_> = items.iter().map(inspect::item_json).collect();
-                println!("{}", serde_json::Value::Array(all));
-            } else if items.is_empty() {
-                println!("nothing stored there");
-            } else {
-                for item in &items {
-                    println!("{}", inspect::item_line(item));
+                    println!("{}", if found { "forgotten" } else { "no such record" });
+                    Ok(ExitCode::SUCCESS)
                 }
             }
-            Ok(if items.is_empty() {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
         }
-        "sweep" => {
-            let store = open_existing(a.db)?;
-            let mut total = 0;
-            loop {
-                let n = store.sweep(10_000).map_err(|e| e.to_string())?;
-                total += n;
-                if n < 10_000 {
-                    break;
-                }
-            }
-            println!("swept {total} expired records");
-            Ok(ExitCode::SUCCESS)
-        }
-        "forget" => {
-            let (t, k) = two(&a)?;
-            let store = open_existing(a.db.clone())?;
-            let found = if a.has("--consumer") {
-                store.forget_message(&t, &k)
-            } else if a.has("--reservation") {
-                store.forget_reservation(&t, &[k.as_bytes()])
-            } else {
-                store.forget(&t, &k)
-            }
-            .map_err(|e| e.to_string())?;
-            println!("{}", if found { "forgotten" } else { "no such record" });
-            Ok(ExitCode::SUCCESS)
-        }
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
-        other => Err(format!("unknown command {other}\n{USAGE}")),
+        Command::Migrate(a) => fleet::run(
+            &a.postgres,
+            fleet::Fleet::Migrate {
+                to: a.to,
+                status: a.status,
+            },
+        ),
     }
+}
+
+/// `idemdb stats --db DIR`: the embedded store's sizes, once or every second.
+fn stats_db(db: PathBuf, watch: bool, as_json: bool) -> Result<ExitCode, String> {
+    let store = open_follower(db)?;
+    loop {
+        store.catch_up().map_err(|e| e.to_string())?;
+        let s = store.stats().map_err(|e| e.to_string())?;
+        if as_json {
+            println!("{}", inspect::stats_json(&s));
+        } else {
+            if watch {
+                println!("--- {}", store.now());
+            }
+            for line in inspect::stats_lines(&s) {
+                println!("{line}");
+            }
+        }
+        if !watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// `idemdb inspect --db DIR`: the items of each kind in `scope` whose key is `key` (or starts
+/// with it, with `prefix`), as a table or as JSON. Exit status 1 when nothing matched.
+fn inspect_db(
+    db: PathBuf,
+    kinds: &[DataKind],
+    scope: Option<&str>,
+    key: Option<&str>,
+    prefix: bool,
+    limit: usize,
+    as_json: bool,
+) -> Result<ExitCode, String> {
+    let store = open_follower(db)?;
+    let mut items = Vec::new();
+    for &kind in kinds {
+        let start = key.unwrap_or_default().as_bytes();
+        let found = store
+            .scan(kind, scope.map(str::as_bytes), start, limit)
+            .map_err(|e| e.to_string())?;
+        let exact = key.is_some() && !prefix;
+        items.extend(
+            found
+                .into_iter()
+                .filter(|i| !exact || inspect::matches(i, start)),
+        );
+    }
+    if as_json {
+        let all: Vec<_> = items.iter().map(inspect::item_json).collect();
+        println!("{}", serde_json::Value::Array(all));
+    } else if items.is_empty() {
+        println!("nothing stored there");
+    } else {
+        for item in &items {
+            println!("{}", inspect::item_line(item));
+        }
+    }
+    Ok(if items.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Prints an operator's view of one record.
