@@ -18,7 +18,8 @@
 //!   port, send N payments from concurrent clients with duplicate deliveries, lost replies and
 //!   concurrent twins, and verify over HTTP that each payment was charged exactly once and every
 //!   client got the same receipt. Exits non-zero otherwise;
-//! - `fleet [--postgres URL] [--instances 3] [--payments 2000] [--kills 6]`: fleet mode, see
+//! - `fleet [--postgres URL] [--pooler URL] [--instances 3] [--payments 2000] [--kills 6]`: fleet
+//!   mode (`--pooler`: the instances reach the store through a pooler, as `idemdb_fleet`), see
 //!   [`fleet`]: several instance processes on one PostgreSQL, retries sent to random instances,
 //!   instances SIGKILLed and restarted; checks and reports that every payment was charged once.
 //!
@@ -291,8 +292,12 @@ async fn main() {
             .await;
             let mut ledger = Ledger::default();
             if args.iter().any(|a| a == "--bank") {
-                let url = postgres.as_deref().expect("--bank needs --postgres URL");
-                ledger.bank = Some(bank(url).await);
+                // The bank is another service: it may be reached otherwise than the store (the
+                // store through a pooler, the bank directly).
+                let url = arg(&args, "--bank-postgres")
+                    .or_else(|| postgres.clone())
+                    .expect("--bank needs --postgres URL or --bank-postgres URL");
+                ledger.bank = Some(bank(&url).await);
             }
             let backend = store.backend_name();
             let (router, _, _) = app((!no_layer).then_some(store), ledger);
@@ -331,6 +336,7 @@ async fn main() {
                 payments: n("--payments", 2_000),
                 kills: n("--kills", 6),
                 lease: Duration::from_millis(n("--lease-ms", 2_000)),
+                pooler: arg(&args, "--pooler"),
             };
             if let Err(e) = fleet::run(&url, plan).await {
                 eprintln!("axum_payments fleet FAILED: {e}");

@@ -30,7 +30,15 @@ pub struct Plan {
     pub payments: u64,
     pub kills: u64,
     pub lease: Duration,
+    /// The instances reach the store through this URL (a pooler in transaction mode, user
+    /// [`POOLER_ROLE`], e.g. `postgres://idemdb_fleet@127.0.0.1:6432/test?statement_mode=unnamed`)
+    /// instead of the server's; the bank and the checks stay on the server's.
+    pub pooler: Option<String>,
 }
+
+/// The role the instances log in as through a pooler: the pooler drops the startup option that
+/// sets the schema, so the role carries its `search_path`.
+pub const POOLER_ROLE: &str = "idemdb_fleet";
 
 const SCHEMA: &str = "axum_payments_fleet";
 /// Concurrent clients.
@@ -83,7 +91,8 @@ struct Instance {
     addr: SocketAddr,
 }
 
-async fn start(url: &str, lease: Duration) -> Result<Instance, String> {
+/// An instance whose store is at `url` and whose bank at `bank_url`.
+async fn start(url: &str, bank_url: &str, lease: Duration) -> Result<Instance, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(exe)
         .args([
@@ -91,6 +100,8 @@ async fn start(url: &str, lease: Duration) -> Result<Instance, String> {
             "--postgres",
             url,
             "--bank",
+            "--bank-postgres",
+            bank_url,
             "--addr",
             "127.0.0.1:0",
         ])
@@ -158,9 +169,28 @@ pub async fn run(url: &str, plan: Plan) -> Result<(), String> {
         .migrate_schema(None)
         .await
         .map_err(|e| e.to_string())?;
+    let instance_url = match &plan.pooler {
+        None => store_url.clone(),
+        Some(pooled) => {
+            let admin = connect(url).await?;
+            admin
+                .batch_execute(&format!(
+                    "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = \
+                     '{POOLER_ROLE}') THEN CREATE ROLE {POOLER_ROLE} LOGIN; END IF; END $$;
+                     ALTER ROLE {POOLER_ROLE} SET search_path = {SCHEMA};
+                     GRANT ALL ON SCHEMA {SCHEMA} TO {POOLER_ROLE};
+                     GRANT ALL ON ALL TABLES IN SCHEMA {SCHEMA} TO {POOLER_ROLE};
+                     GRANT ALL ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {POOLER_ROLE};
+                     GRANT ALL ON ALL FUNCTIONS IN SCHEMA {SCHEMA} TO {POOLER_ROLE};"
+                ))
+                .await
+                .map_err(|e| format!("set up the pooler's role {POOLER_ROLE}: {e}"))?;
+            pooled.clone()
+        }
+    };
     let mut instances = Vec::new();
     for _ in 0..plan.instances {
-        instances.push(start(&store_url, plan.lease).await?);
+        instances.push(start(&instance_url, &store_url, plan.lease).await?);
     }
     let addrs = Arc::new(RwLock::new(
         instances.iter().map(|i| i.addr).collect::<Vec<_>>(),
@@ -236,7 +266,7 @@ pub async fn run(url: &str, plan: Plan) -> Result<(), String> {
         killed_pids.push(pid as i32);
         // Clients keep sending to the dead address (refused, retried elsewhere) until the new
         // instance listens.
-        instances[i] = start(&store_url, plan.lease).await?;
+        instances[i] = start(&instance_url, &store_url, plan.lease).await?;
         addrs.write().await[i] = instances[i].addr;
     }
 
