@@ -12,7 +12,7 @@ use std::task::Poll;
 use super::entities::{condition, WriteOutcome};
 use super::send::Session;
 use super::HolderCall;
-use super::{classify, from_i64, lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
+use super::{classify, from_i64, lost_from_row, ns_code, one, statements as sql, to_i64, PgStore};
 use crate::commit::CommitConflict;
 use crate::error::{corrupted, Error, Result};
 use crate::record::Lease;
@@ -280,15 +280,10 @@ impl PgStore {
                 let lost = match row {
                     None => crate::record::LeaseLost::Gone,
                     Some(row) => {
-                        lost_lease(
-                            row.get("state"),
-                            row.get("fence"),
-                            row.get("expired"),
-                            fence,
-                        )?
-                        // Inside this transaction the update saw the newest row: a row that
-                        // still reads as ours cannot be; call it what the update found.
-                        .unwrap_or(crate::record::LeaseLost::Gone)
+                        lost_from_row(&row, fence)?
+                            // Inside this transaction the update saw the newest row: a row that
+                            // still reads as ours cannot be; call it what the update found.
+                            .unwrap_or(crate::record::LeaseLost::Gone)
                     }
                 };
                 Ok(Err(CommitConflict::Lease { op: i, lost }))

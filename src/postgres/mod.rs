@@ -381,6 +381,12 @@ pub(super) async fn one(
 /// Why a lease with fence `ours` is no longer held, from its row as read (`state`, `fence`,
 /// `expired`; `NULL` when there is no row): `None` when the row says it still is (the caller
 /// asks again).
+/// [`lost_lease`] from a row that answers `state`, `fence` and `expired` (`HOLDER_WHY`,
+/// `idemdb_holder`).
+fn lost_from_row(row: &Row, ours: i64) -> Result<Option<LeaseLost>> {
+    lost_lease(row.get("state"), row.get("fence"), row.get("expired"), ours)
+}
+
 fn lost_lease(
     state: Option<i16>,
     fence: Option<i64>,
@@ -848,12 +854,7 @@ impl PgStore {
                 if let Some(until) = row.get::<_, Option<i64>>("done_until") {
                     return Ok(Ok(from_i64("lease_until", until)?));
                 }
-                match lost_lease(
-                    row.get("state"),
-                    row.get("fence"),
-                    row.get("expired"),
-                    fence,
-                )? {
+                match lost_from_row(&row, fence)? {
                     Some(lost) => return Ok(Err(lost)),
                     None => continue,
                 }
@@ -872,12 +873,7 @@ impl PgStore {
             else {
                 return Ok(Err(LeaseLost::Gone));
             };
-            match lost_lease(
-                row.get("state"),
-                row.get("fence"),
-                row.get("expired"),
-                fence,
-            )? {
+            match lost_from_row(&row, fence)? {
                 Some(lost) => return Ok(Err(lost)),
                 // Ours when read, after the update found it otherwise: ask again.
                 None => continue,
