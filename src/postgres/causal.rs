@@ -42,8 +42,8 @@ impl PgStore {
         F: FnOnce(Option<&[u8]>) -> Result<(Option<Vec<u8>>, T)>,
     {
         let k = kind as i16;
-        self.timed(async {
-            let mut c = self.conn().await?;
+        let mut c = self.conn().await?;
+        self.timed(async move {
             let tx = c.transaction().await.map_err(classify)?;
             tx.changed(self.mode, sql::CAUSAL_HOLD, &[&k, &tenant, &id])
                 .await

@@ -104,8 +104,8 @@ impl PgStore {
     where
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send,
     {
-        self.timed(async {
-            let mut c = self.conn().await?;
+        let mut c = self.conn().await?;
+        self.timed(async move {
             let tx = c.transaction().await.map_err(classify)?;
             let cur = live(
                 tx.one(self.mode, sql::ENTITY_LOCK, &[&tenant, &id])

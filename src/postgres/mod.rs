@@ -437,9 +437,9 @@ impl PgStore {
                 expected: migrations::current_version(),
             });
         }
+        let c = store.conn().await?;
         let row = store
-            .timed(async {
-                let c = store.conn().await?;
+            .timed(async move {
                 let row = c
                     .one(store.mode, "SELECT store_id FROM idemdb_meta", &[])
                     .await
@@ -507,8 +507,15 @@ impl PgStore {
 
     /// A connection from the pool for one call ([`Conn::keep`] it when the call finished
     /// cleanly; dropped otherwise, it is closed).
+    /// Not counted in a statement's budget ([`PgStore::timed`]): connecting has its own bound
+    /// (the pool's wait, and `connect_timeout` per host), so a frozen first host of a multi-host
+    /// URL cannot use up the call's time before the next host is tried.
     pub(crate) async fn conn(&self) -> Result<Conn> {
-        lend(&self.pool).await
+        let r = lend(&self.pool).await;
+        if matches!(r, Err(Error::Unavailable { .. })) {
+            pool::flush_idle(&self.pool);
+        }
+        r
     }
 
     /// Bounds a database call by the statement timeout (plus a second for the network): a
@@ -541,8 +548,8 @@ impl PgStore {
     /// Runs the prepared statement `sql` on a pooled connection, bounded by the timeouts; its
     /// rows (every statement here returns at most one).
     async fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Option<Row>> {
-        self.timed(async {
-            let c = self.conn().await?;
+        let c = self.conn().await?;
+        self.timed(async move {
             let row = c.one(self.mode, sql, params).await.map_err(classify)?;
             c.keep();
             Ok(row)
@@ -552,8 +559,8 @@ impl PgStore {
 
     /// As [`PgStore::query`], for a statement that returns no rows: how many rows it changed.
     pub(crate) async fn execute(&self, sql: &str, params: &[&dyn Param]) -> Result<u64> {
-        self.timed(async {
-            let c = self.conn().await?;
+        let c = self.conn().await?;
+        self.timed(async move {
             let n = c.changed(self.mode, sql, params).await.map_err(classify)?;
             c.keep();
             Ok(n)
@@ -564,8 +571,8 @@ impl PgStore {
     /// The highest applied schema version (0: none), read without any lock (a store opening on
     /// a current schema waits for no other instance).
     pub(crate) async fn schema_version(&self) -> Result<i32> {
-        self.timed(async {
-            let c = self.conn().await?;
+        let c = self.conn().await?;
+        self.timed(async move {
             let exists = c
                 .one(
                     self.mode,

@@ -9,8 +9,10 @@
 //!   `target_session_attrs=read-write` reaches the current primary by itself;
 //! - connecting tries each host of a multi-host URL for at most the connect timeout (TCP, TLS,
 //!   startup, authentication and the read-write check together), starting with the host that
-//!   answered last: a frozen host that accepts TCP and never answers costs one timeout, never
-//!   the whole pool's wait.
+//!   answered last (a host that failed hands that place to the next one): a frozen host that
+//!   accepts TCP and never answers costs one timeout, never the whole pool's wait; and
+//!   connecting is not counted in a statement's budget (`PgStore::timed`), so the next host is
+//!   always reached.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -188,6 +190,14 @@ impl deadpool_postgres::Connect for HostByHost {
                     // The host took TCP and said nothing in time (a frozen server): the next.
                     Err(_) => last = Some(tokio_postgres::Error::__private_api_timeout()),
                 }
+                // This host failed: the next connection (this one's caller may give up before
+                // the next host answers) starts with the one after it.
+                let _ = self.preferred.compare_exchange(
+                    i,
+                    (i + 1) % n,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
             }
             // A rejection (TLS, credentials) says what to fix; it wins over a host being away.
             Err(rejected
@@ -258,6 +268,7 @@ fn one_host(pg: &tokio_postgres::Config, i: usize) -> tokio_postgres::Config {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

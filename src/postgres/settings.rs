@@ -256,6 +256,7 @@ fn split_key_value(s: &str) -> Result<Own> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -208,9 +208,9 @@ impl std::fmt::Debug for SqlTransaction {
 
 impl SqlTransaction {
     pub(crate) async fn begin(pg: Arc<PgStore>) -> Result<SqlTransaction> {
+        let c = pg.conn().await?;
         let client = pg
-            .timed(async {
-                let c = pg.conn().await?;
+            .timed(async move {
                 c.batch_execute("BEGIN").await.map_err(classify)?;
                 Ok(c.into_object())
             })
@@ -225,9 +225,7 @@ impl SqlTransaction {
     /// A transaction whose `BEGIN` is sent with the first operations of `commit_with` (one round
     /// trip less): for [`crate::AsyncCommit::apply`], which runs no statement of its own first.
     pub(crate) async fn deferred(pg: Arc<PgStore>) -> Result<SqlTransaction> {
-        let client = pg
-            .timed(async { Ok(pg.conn().await?.into_object()) })
-            .await?;
+        let client = pg.conn().await?.into_object();
         Ok(SqlTransaction {
             client,
             pg,

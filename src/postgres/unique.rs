@@ -19,8 +19,8 @@ impl PgStore {
         owner: &[u8],
         lease: Option<&Lease>,
     ) -> Result<std::result::Result<Reservation, LeaseLost>> {
-        self.timed(async {
-            let c = self.conn().await?;
+        let c = self.conn().await?;
+        self.timed(async move {
             let r = self.reserve_on(&c, index, value, owner, lease).await?;
             c.keep();
             Ok(r)
