@@ -484,22 +484,22 @@ async fn main_async(s: Settings) -> R<()> {
             "{PG_URL}?options=-c%20search_path%3D{idem_schema}&{}",
             s.idem_opts
         ))
-            .pool_size(tasks)
-            .sweep_interval(None)
-            .open_async()
-            .await
-            .map_err(|e| e.to_string())?;
+        .pool_size(tasks)
+        .sweep_interval(None)
+        .open_async()
+        .await
+        .map_err(|e| e.to_string())?;
         // The same store with the local replay tier (claim+complete is as without a tier).
         let tiered = Config::postgres(format!(
             "{PG_URL}?options=-c%20search_path%3D{tier_schema}&{}",
             s.idem_opts
         ))
-            .pool_size(tasks)
-            .sweep_interval(None)
-            .replay_tier(64 << 20)
-            .open_async()
-            .await
-            .map_err(|e| e.to_string())?;
+        .pool_size(tasks)
+        .sweep_interval(None)
+        .replay_tier(64 << 20)
+        .open_async()
+        .await
+        .map_err(|e| e.to_string())?;
         let hand = HandPg::connect(&hand_schema, tasks).await?;
         let redis = RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
