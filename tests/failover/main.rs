@@ -16,6 +16,7 @@
 mod lab;
 
 mod asynchronous_failover_never_accepts_a_lease_from_before;
+mod completions_wait_for_the_standby_when_asked;
 mod pool_heals_after_the_primary_freezes;
 mod pool_heals_after_the_primary_is_demoted;
 mod synchronous_failover_loses_no_acknowledged_payment;
