@@ -241,12 +241,13 @@ impl AsyncCommit<'_> {
         }
     }
 
-    /// The operations as PostgreSQL runs them; refuses a commit built on another store.
+    /// The operations as PostgreSQL runs them, and the lease ends to count once they commit;
+    /// refuses a commit built on another store.
     #[cfg(feature = "postgres")]
     pub(crate) fn into_pg_ops(
         self,
         pg: &std::sync::Arc<crate::postgres::PgStore>,
-    ) -> Result<Vec<crate::postgres::PgOp>> {
+    ) -> Result<(Vec<crate::postgres::PgOp>, LeaseEnds)> {
         use crate::postgres::{HolderCall, HolderChange, PgOp};
         if let Some(e) = self.error {
             return Err(e);
@@ -260,7 +261,23 @@ impl AsyncCommit<'_> {
                 .into())
             }
         }
-        self.ops
+        let mut ends = LeaseEnds {
+            metrics: self.store.metrics.clone(),
+            completed: 0,
+            released: 0,
+            failed: 0,
+        };
+        for op in &self.ops {
+            if let Op::Lease { end, .. } = op {
+                match end {
+                    FailOrComplete::Complete(_) => ends.completed += 1,
+                    FailOrComplete::Fail(FailKind::Retryable) => ends.released += 1,
+                    FailOrComplete::Fail(FailKind::Terminal(_)) => ends.failed += 1,
+                }
+            }
+        }
+        let ops = self
+            .ops
             .into_iter()
             .map(|op| {
                 Ok(match op {
@@ -299,6 +316,41 @@ impl AsyncCommit<'_> {
                     }
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((ops, ends))
+    }
+}
+
+/// The lease ends of a commit on PostgreSQL, counted as the embedded store counts them: each
+/// end once the commit is committed, one lost lease when a lease refused it.
+#[cfg(feature = "postgres")]
+pub(crate) struct LeaseEnds {
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    completed: u64,
+    released: u64,
+    failed: u64,
+}
+
+#[cfg(feature = "postgres")]
+impl LeaseEnds {
+    /// The commit is committed: every lease it ended is counted.
+    pub(crate) fn committed(&self) {
+        let m = &self.metrics;
+        for (count, n) in [
+            (&m.completed, self.completed),
+            (&m.failed_retryable, self.released),
+            (&m.failed_terminal, self.failed),
+        ] {
+            if n > 0 {
+                count.add(n);
+            }
+        }
+    }
+
+    /// The commit was refused: a lost lease is counted as a holder's refused call is.
+    pub(crate) fn refused(&self, conflict: &CommitConflict) {
+        if matches!(conflict, CommitConflict::Lease { .. }) {
+            crate::metrics::Metrics::bump(&self.metrics.lease_lost);
+        }
     }
 }

@@ -83,7 +83,11 @@ impl AsyncStore {
                 if let Some(tier) = &self.tier {
                     tier.remove(Namespace::Consumers as u8, group, id);
                 }
-                pg.forget(Namespace::Consumers, group, id).await
+                let found = pg.forget(Namespace::Consumers, group, id).await?;
+                if found {
+                    crate::metrics::Metrics::bump(&self.metrics.forgotten);
+                }
+                Ok(found)
             }
         }
     }

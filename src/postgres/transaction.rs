@@ -275,7 +275,7 @@ impl SqlTransaction {
         mut self,
         commit: crate::async_store::AsyncCommit<'_>,
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
-        let ops = commit.into_pg_ops(&self.pg)?;
+        let (ops, ends) = commit.into_pg_ops(&self.pg)?;
         let begin = !self.begun;
         let outcome = {
             let c = self.client()?;
@@ -285,10 +285,12 @@ impl SqlTransaction {
         match outcome {
             Ok(Ok(versions)) => {
                 self.finish("COMMIT").await?;
+                ends.committed();
                 Ok(Ok(Committed { versions }))
             }
             Ok(Err(conflict)) => {
                 self.finish("ROLLBACK").await?;
+                ends.refused(&conflict);
                 Ok(Err(conflict))
             }
             Err(e) => {
