@@ -9,7 +9,8 @@
 //! to the first success, and the failures before it, are printed): a new connection spends at
 //! most one connect timeout on the frozen host before it tries the next. Then
 //! `IDEMDB_FAILOVER_CALLS` claims and completions (default 50) all succeed at the first try,
-//! their records on the promoted standby. The primary is thawed at the end, before the pair is
+//! their records on the promoted standby, and a new store opens on the multi-host URL while the
+//! old primary is still frozen. The primary is thawed at the end, before the pair is
 //! stopped. Two settings: connect and statement timeouts of 2 s each, and the library's default
 //! connect timeout (5 s) with a statement timeout of 2 s.
 
@@ -177,6 +178,32 @@ async fn heals(connect_timeout: Duration, statement_timeout: Duration, label: &s
         on_standby, calls,
         "the work after the promotion is on the promoted standby"
     );
+
+    // A new instance opens while the old primary is still frozen (its first host): it spends at
+    // most one connect timeout there and opens on the promoted standby.
+    let opening = Instant::now();
+    let fresh = lab::bounded(
+        Duration::from_secs(60),
+        "a new store opening while the old primary is frozen",
+        idemdb::Config::postgres(lab.url())
+            .pool_size(1)
+            .connect_timeout(connect_timeout)
+            .statement_timeout(statement_timeout)
+            .sweep_interval(None)
+            .open_async(),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!("a new store on the multi-host URL while the primary is frozen: {e}")
+    });
+    lab::claim_and_complete(&fresh, "fresh-store")
+        .await
+        .unwrap_or_else(|e| panic!("the new store's first call: {e}"));
+    println!(
+        "frozen primary: a new store opened and completed a claim in {} ms",
+        opening.elapsed().as_millis()
+    );
+    drop(fresh);
 
     drop(store);
     lab.blocking(|l| l.thaw_primary()).await;
