@@ -25,7 +25,7 @@ use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::settings::{Resolved, Settings};
-use super::{classify, redact};
+use super::{classify, classify_parts, redact};
 use crate::error::{Error, InvalidInput, Result};
 
 /// A pooled connection lent to one call: closed when dropped, unless the call finished cleanly
@@ -181,7 +181,7 @@ impl deadpool_postgres::Connect for HostByHost {
                         return Ok((client, task));
                     }
                     Ok(Err(e)) => {
-                        if matches!(classify_ref(&e), Error::ConnectionRejected { .. }) {
+                        if matches!(classify_parts(&e), Error::ConnectionRejected { .. }) {
                             rejected.get_or_insert(e);
                         } else {
                             last = Some(e);
@@ -205,10 +205,6 @@ impl deadpool_postgres::Connect for HostByHost {
                 .unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
         })
     }
-}
-
-fn classify_ref(e: &tokio_postgres::Error) -> Error {
-    super::classify_parts(e)
 }
 
 /// `pg` reduced to its `i`-th host (with its port and host address), every other setting kept.

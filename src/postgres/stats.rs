@@ -58,6 +58,7 @@ impl PgStore {
             let v: Option<i64> = row.get(i);
             u64::try_from(v.unwrap_or(0)).map_err(|_| corrupted("idemdb stats", "a negative count"))
         };
+        let (failovers_seen, fencing_epoch) = self.failovers();
         Ok(PostgresStats {
             requests_pending: n(0)?,
             requests_released: n(1)?,
@@ -74,8 +75,8 @@ impl PgStore {
             offset_windows: n(12)?,
             causal: n(13)?,
             table_bytes: n(14)?,
-            fencing_epoch: self.failovers().1,
-            failovers_seen: self.failovers().0,
+            fencing_epoch,
+            failovers_seen,
         })
     }
 }
