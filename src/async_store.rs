@@ -23,17 +23,13 @@ mod unique;
 
 use crate::clock::Millis;
 use crate::config::{Config, Durability};
+use crate::embedded::Store;
 use crate::error::{Error, Result};
 use crate::format::Namespace;
 #[cfg(feature = "postgres")]
-use crate::metrics::Metrics;
-#[cfg(feature = "postgres")]
-use crate::observe::lease_outcome;
-use crate::observe::{Op, OpKind, Stamp};
-#[cfg(feature = "postgres")]
 use crate::record::Checkpoint;
 use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response};
-use crate::store::Store;
+use crate::telemetry::spans::{Op, OpKind, Stamp};
 
 /// A store behind the async API, on disk or on PostgreSQL ([`Config::open_async`]). Cheap to
 /// clone; clones share the store. Application code written against it runs on either backend
@@ -42,19 +38,13 @@ use crate::store::Store;
 pub struct AsyncStore {
     backend: Backend,
     cfg: Arc<Config>,
-    /// PostgreSQL only: the local replay tier, if configured.
-    #[cfg(feature = "postgres")]
-    tier: Option<Arc<crate::replay_tier::ReplayTier>>,
-    /// PostgreSQL only: this process's outcome counters (the embedded store keeps its own).
-    #[cfg(feature = "postgres")]
-    metrics: Arc<crate::metrics::Metrics>,
 }
 
 #[derive(Clone)]
 enum Backend {
     Embedded(Store),
     #[cfg(feature = "postgres")]
-    Postgres(Arc<crate::postgres::PgStore>),
+    Postgres(Arc<crate::postgres::Postgres>),
 }
 
 impl From<Store> for AsyncStore {
@@ -62,10 +52,6 @@ impl From<Store> for AsyncStore {
         AsyncStore {
             cfg: Arc::new(store.config().clone()),
             backend: Backend::Embedded(store),
-            #[cfg(feature = "postgres")]
-            tier: None,
-            #[cfg(feature = "postgres")]
-            metrics: Arc::default(),
         }
     }
 }
@@ -78,34 +64,27 @@ impl std::fmt::Debug for AsyncStore {
     }
 }
 
+impl Config {
+    /// Opens the store behind the async API ([`crate::AsyncStore`]): on disk (the same store as
+    /// [`Config::open`], whose synced writes then run on tokio's blocking pool) or, for
+    /// [`Config::postgres`], in the database. Needs a tokio runtime.
+    #[cfg(feature = "async")]
+    pub async fn open_async(self) -> Result<crate::AsyncStore> {
+        crate::AsyncStore::open(self).await
+    }
+}
+
 type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
 
 impl AsyncStore {
     pub(crate) async fn open(cfg: Config) -> Result<AsyncStore> {
         #[cfg(feature = "postgres")]
         if let Some(settings) = cfg.postgres.clone() {
-            cfg.validate()?;
-            let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
-            let pg = Arc::new(crate::postgres::PgStore::open(&settings, clock).await?);
-            let metrics = Arc::new(crate::metrics::Metrics::default());
-            if let Some(every) = cfg.sweep_interval {
-                tokio::spawn(sweep_in_background(
-                    Arc::downgrade(&pg),
-                    Arc::downgrade(&metrics),
-                    every,
-                ));
-            }
-            let tier = (settings.tier_bytes > 0).then(|| {
-                Arc::new(crate::replay_tier::ReplayTier::new(
-                    settings.tier_bytes,
-                    settings.tier_max_age,
-                ))
-            });
+            let cfg = Arc::new(cfg);
+            let pg = crate::postgres::Postgres::open(cfg.clone(), &settings).await?;
             return Ok(AsyncStore {
-                backend: Backend::Postgres(pg),
-                cfg: Arc::new(cfg),
-                tier,
-                metrics,
+                backend: Backend::Postgres(Arc::new(pg)),
+                cfg,
             });
         }
         let store = match cfg.durability {
@@ -140,7 +119,10 @@ impl AsyncStore {
     /// it answered; `None` without a tier.
     #[cfg(feature = "postgres")]
     pub fn replay_tier_stats(&self) -> Option<crate::ReplayTierStats> {
-        self.tier.as_ref().map(|t| t.stats())
+        match &self.backend {
+            Backend::Postgres(pg) => pg.tier_stats(),
+            Backend::Embedded(_) => None,
+        }
     }
 
     /// The configuration the store was opened with.
@@ -218,98 +200,23 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
-                let claim = self
-                    .claim_on_postgres(pg, ns, tenant, key, fingerprint, opts, on_release)
-                    .await;
-                if let Ok(Claim::Acquired(l)) = &claim {
-                    op.fence(l.fence);
-                }
-                op.end_with(claim, Claim::outcome)
+                // Run to its end even if this caller goes away, then release what it acquired.
+                let (pg, t, k, f) = (
+                    pg.clone(),
+                    tenant.to_vec(),
+                    key.to_vec(),
+                    fingerprint.to_vec(),
+                );
+                let (store, on_release) = (self.clone(), on_release.clone());
+                Detached::new(async move { pg.claim(ns, &t, &k, &f, opts).await })
+                    .then_if_dropped(move |claim| async move {
+                        if let Ok(Claim::Acquired(lease)) = claim {
+                            store.release_abandoned(lease, on_release).await;
+                        }
+                    })
+                    .await
             }
         }
-    }
-
-    #[cfg(feature = "postgres")]
-    #[allow(clippy::too_many_arguments)]
-    async fn claim_on_postgres(
-        &self,
-        pg: &Arc<crate::postgres::PgStore>,
-        ns: Namespace,
-        tenant: &[u8],
-        key: &[u8],
-        fingerprint: &[u8],
-        opts: ClaimOptions,
-        on_release: &OnRelease,
-    ) -> Result<Claim> {
-        let (lease_ms, retention_ms) =
-            crate::requests::check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
-        let tier = self.tier.clone();
-        if let Some(tier) = &tier {
-            let test_now = self
-                .cfg
-                .postgres_test_clock
-                .then(|| self.cfg.clock.now_millis());
-            if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
-                self.metrics.count_claim(&answer);
-                return Ok(answer);
-            }
-        }
-        let (pg, t, k, f) = (
-            pg.clone(),
-            tenant.to_vec(),
-            key.to_vec(),
-            fingerprint.to_vec(),
-        );
-        let (store, on_release) = (self.clone(), on_release.clone());
-        let metrics = self.metrics.clone();
-        Detached::new(async move {
-            let (claim, expires_at, now) = pg.claim(ns, &t, &k, &f, lease_ms, retention_ms).await?;
-            // Counted here, so a claim whose caller went away is counted too.
-            metrics.count_claim(&claim);
-            if let Some(tier) = tier {
-                tier.put(ns as u8, &t, &k, &f, &claim, expires_at, now);
-            }
-            Ok(claim)
-        })
-        .then_if_dropped(move |claim| async move {
-            if let Ok(Claim::Acquired(lease)) = claim {
-                store.release_abandoned(lease, on_release).await;
-            }
-        })
-        .await
-    }
-
-    /// A lease holder's call on PostgreSQL (`checked`: the arguments' check), in its span and
-    /// counted as the embedded store counts it; the lease's new end if it applied.
-    #[cfg(feature = "postgres")]
-    async fn held(
-        &self,
-        pg: &crate::postgres::PgStore,
-        lease: &Lease,
-        checked: Result<()>,
-        change: crate::postgres::HolderChange,
-    ) -> Result<LeaseResult<Millis>> {
-        use crate::postgres::HolderChange as H;
-        let m = &self.metrics;
-        let (kind, ok, count) = match &change {
-            H::Complete(_) => (OpKind::Complete, "completed", &m.completed),
-            H::Release => (OpKind::Fail, "released", &m.failed_retryable),
-            H::FailTerminal(_) => (OpKind::Fail, "failed", &m.failed_terminal),
-            H::Renew(_) => (OpKind::Renew, "renewed", &m.renewed),
-            H::Checkpoint(_) => (OpKind::Checkpoint, "checkpointed", &m.checkpointed),
-        };
-        let op = Op::held(kind, &self.cfg, lease);
-        let r = match checked {
-            Ok(()) => pg.holder(lease, change).await,
-            Err(e) => Err(e),
-        };
-        match &r {
-            Ok(Ok(_)) => Metrics::bump(count),
-            Ok(Err(_)) => Metrics::bump(&m.lease_lost),
-            Err(_) => {}
-        }
-        op.end_with(r, lease_outcome(ok))
     }
 
     /// Releases a lease acquired for a caller that went away, and reports the outcome.
@@ -326,11 +233,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.complete(&lease, response)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let checked = crate::requests::check_response(&self.cfg, "response", &response);
-                let change = crate::postgres::HolderChange::Complete(response);
-                Ok(self.held(pg, lease, checked, change).await?.map(drop))
-            }
+            Backend::Postgres(pg) => pg.complete(lease, response).await,
         }
     }
 
@@ -342,16 +245,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.fail(&lease, kind)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let (checked, change) = match kind {
-                    FailKind::Retryable => (Ok(()), crate::postgres::HolderChange::Release),
-                    FailKind::Terminal(r) => (
-                        crate::requests::check_response(&self.cfg, "failure", &r),
-                        crate::postgres::HolderChange::FailTerminal(r),
-                    ),
-                };
-                Ok(self.held(pg, lease, checked, change).await?.map(drop))
-            }
+            Backend::Postgres(pg) => pg.fail(lease, kind).await,
         }
     }
 
@@ -366,15 +260,10 @@ impl AsyncStore {
                 }
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let checked = crate::record::check_duration("renewal", extra, self.cfg.max_lease);
-                let ms = crate::clock::duration_millis(extra);
-                let change = crate::postgres::HolderChange::Renew(ms);
-                match self.held(pg, lease, checked, change).await? {
-                    Ok(until) => until,
-                    Err(lost) => return Ok(Err(lost)),
-                }
-            }
+            Backend::Postgres(pg) => match pg.renew(lease, extra).await? {
+                Ok(until) => until,
+                Err(lost) => return Ok(Err(lost)),
+            },
         };
         lease.until = until;
         Ok(Ok(()))
@@ -394,12 +283,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.checkpoint(&lease, phase, state)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let cp = Checkpoint { phase, state };
-                let checked = crate::requests::check_checkpoint(&self.cfg, &cp);
-                let change = crate::postgres::HolderChange::Checkpoint(cp);
-                Ok(self.held(pg, lease, checked, change).await?.map(drop))
-            }
+            Backend::Postgres(pg) => pg.checkpoint(lease, Checkpoint { phase, state }).await,
         }
     }
 
@@ -413,10 +297,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.get(tenant, key),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, key)?;
-                pg.get(Namespace::Requests, tenant, key).await
-            }
+            Backend::Postgres(pg) => pg.get(tenant, key).await,
         }
     }
 
@@ -429,17 +310,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.forget(t, k)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, key)?;
-                if let Some(tier) = &self.tier {
-                    tier.remove(Namespace::Requests as u8, tenant, key);
-                }
-                let found = pg.forget(Namespace::Requests, tenant, key).await?;
-                if found {
-                    Metrics::bump(&self.metrics.forgotten);
-                }
-                Ok(found)
-            }
+            Backend::Postgres(pg) => pg.forget(Namespace::Requests, tenant, key).await,
         }
     }
 
@@ -469,7 +340,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => blocking(s, move |s| s.sweep(limit)).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => sweep_counted(pg, &self.metrics, limit).await,
+            Backend::Postgres(pg) => pg.sweep(limit).await,
         }
     }
 
@@ -477,114 +348,11 @@ impl AsyncStore {
     /// ([`Store::stats`]), or, on PostgreSQL, those of the calls made through this handle and
     /// its clones (other instances count their own; the database's totals are
     /// [`AsyncStore::postgres_stats`]).
-    pub fn counters(&self) -> Result<crate::metrics::Counters> {
+    pub fn counters(&self) -> Result<crate::telemetry::counters::Counters> {
         match &self.backend {
             Backend::Embedded(s) => Ok(s.stats()?.counters),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => Ok(self.metrics.snapshot()),
-        }
-    }
-}
-
-/// A sweep on PostgreSQL, in its span and counted.
-#[cfg(feature = "postgres")]
-async fn sweep_counted(
-    pg: &crate::postgres::PgStore,
-    metrics: &crate::metrics::Metrics,
-    limit: usize,
-) -> Result<usize> {
-    let op = Op::unkeyed(OpKind::Sweep);
-    let r = pg.sweep(limit).await;
-    if let Ok(n) = &r {
-        metrics.swept.add(*n as u64);
-        op.count(*n as u64);
-    }
-    op.end_with(r, |_| "swept")
-}
-
-/// The PostgreSQL store's sweeper: every `every`, batches of expired rows are deleted until a
-/// batch comes back short; it ends when the last handle of the store is dropped. A failed batch
-/// (database unavailable) waits for the next tick. Instances that sweep at the same moment skip
-/// each other's rows (`SKIP LOCKED`).
-#[cfg(feature = "postgres")]
-async fn sweep_in_background(
-    pg: std::sync::Weak<crate::postgres::PgStore>,
-    metrics: std::sync::Weak<crate::metrics::Metrics>,
-    every: Duration,
-) {
-    const BATCH: usize = 1_000;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate: sweep one interval after opening
-    loop {
-        tick.tick().await;
-        let (Some(pg), Some(metrics)) = (pg.upgrade(), metrics.upgrade()) else {
-            return;
-        };
-        while let Ok(BATCH) = sweep_counted(&pg, &metrics, BATCH).await {}
-    }
-}
-
-/// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
-#[cfg(feature = "postgres")]
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SchemaStep {
-    /// The step's version (1, 2, ...).
-    pub version: i32,
-    /// What it creates.
-    pub name: &'static str,
-    /// When it was applied (the database's text form of the time), `None` if it was not.
-    pub applied_at: Option<String>,
-}
-
-#[cfg(feature = "postgres")]
-impl Config {
-    fn postgres_settings(&self, operation: &'static str) -> Result<&crate::postgres::Settings> {
-        self.postgres.as_ref().ok_or(Error::Unsupported {
-            operation,
-            hint: "only a store on PostgreSQL (Config::postgres) has a schema",
-        })
-    }
-
-    /// PostgreSQL only: every step of the schema this build knows, with when each was applied.
-    pub async fn schema_status(&self) -> Result<Vec<SchemaStep>> {
-        let pg = crate::postgres::PgStore::connect(self.postgres_settings("schema_status")?, None)?;
-        let applied = pg.migration_status().await?;
-        Ok(crate::postgres::migrations::MIGRATIONS
-            .iter()
-            .map(|m| SchemaStep {
-                version: m.version,
-                name: m.name,
-                applied_at: applied
-                    .iter()
-                    .find(|a| a.0 == m.version)
-                    .map(|a| a.2.clone()),
-            })
-            .collect())
-    }
-
-    /// PostgreSQL only: moves the schema to version `to` (`None`: the latest this build knows),
-    /// applying the steps above the current version or undoing those above `to` (newest first;
-    /// undoing drops their tables and data, and `Some(0)` removes every idemdb table). Each step
-    /// runs in its own transaction under an advisory lock. Returns the versions applied, or
-    /// undone, in the order they ran.
-    pub async fn migrate_schema(&self, to: Option<i32>) -> Result<Vec<i32>> {
-        let latest = crate::postgres::migrations::current_version();
-        let target = to.unwrap_or(latest);
-        if !(0..=latest).contains(&target) {
-            return Err(crate::error::InvalidInput::Config(format!(
-                "schema version {target} is not in 0..={latest}"
-            ))
-            .into());
-        }
-        let pg =
-            crate::postgres::PgStore::connect(self.postgres_settings("migrate_schema")?, None)?;
-        let current = pg.schema_version().await?;
-        if target >= current {
-            pg.migrate_up(Some(target)).await
-        } else {
-            pg.migrate_down(target).await
+            Backend::Postgres(pg) => Ok(pg.counters()),
         }
     }
 }

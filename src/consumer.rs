@@ -4,12 +4,9 @@
 //! been attempted `max_attempts` times is stored as a terminal "poisoned" failure and never
 //! handed out again until it expires.
 
-use std::borrow::Borrow;
 use std::time::Duration;
 
-use crate::error::Result;
-use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Replay, Response};
-use crate::store::Store;
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, Replay, Response};
 
 /// Metadata key marking a stored failure as a poisoned message.
 const POISONED: &str = "idemdb.poisoned";
@@ -110,47 +107,6 @@ pub(crate) fn poison_marker(attempts: u32) -> Response {
 fn poisoned_attempts(r: &Replay) -> Option<u32> {
     r.response.meta.get(POISONED)?;
     r.response.meta.get("attempts").and_then(|a| a.parse().ok())
-}
-
-impl Store {
-    /// A delivery of `message_id` to consumer `group`. Groups are independent namespaces, and no
-    /// group collides with a request tenant of the same name.
-    pub fn begin(
-        &self,
-        group: impl AsRef<[u8]>,
-        message_id: impl AsRef<[u8]>,
-        opts: impl Borrow<ConsumerOptions>,
-    ) -> Result<Begin> {
-        let opts = opts.borrow();
-        let (group, id) = (group.as_ref(), message_id.as_ref());
-        self.core.check_names(group, id)?;
-        let claim = self.claim_in(
-            crate::format::Namespace::Consumers,
-            group,
-            id,
-            &[],
-            claim_options(opts),
-        )?;
-        Ok(match begin_step(claim, opts) {
-            BeginStep::Answer(b) => b,
-            BeginStep::Poison { lease, attempts } => {
-                match self.fail(&lease, FailKind::Terminal(poison_marker(attempts)))? {
-                    Ok(()) | Err(_) => Begin::Poisoned { attempts },
-                }
-            }
-        })
-    }
-
-    /// Records a failed processing attempt: releases the message for redelivery, or poisons it
-    /// once `max_attempts` attempts were made.
-    pub fn fail_message(
-        &self,
-        lease: &Lease,
-        opts: impl Borrow<ConsumerOptions>,
-    ) -> Result<std::result::Result<MessageFailed, LeaseLost>> {
-        let (kind, outcome) = message_failure(lease, opts.borrow());
-        Ok(self.fail(lease, kind)?.map(|()| outcome))
-    }
 }
 
 /// The claim options of a delivery: durable from the claim on, because poison detection counts

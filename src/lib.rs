@@ -42,69 +42,67 @@
 #![deny(unsafe_code, missing_docs)]
 #![warn(clippy::unwrap_used, clippy::indexing_slicing)]
 
-#[cfg(feature = "async")]
-mod async_store;
+// The floors, from the bottom up; each imports only from the floors below it (docs/design.md,
+// "Architecture"; scripts/check-layers checks it).
+// 1. The shared vocabulary: what a call means on either backend, and its checks.
+mod causal;
 mod clock;
-mod codec;
 mod commit;
 mod config;
 mod consumer;
-mod core;
-mod engine;
+mod entities;
 mod error;
 mod format;
-#[cfg(feature = "http")]
-pub mod http;
-mod inspect;
 mod keys;
-mod maintenance;
-mod metrics;
-mod observe;
 mod offsets;
+mod record;
+mod requests;
+mod unique;
+// Telemetry, which every floor may use.
+mod telemetry;
+// 2. The backends, each a whole store answering every call.
+mod embedded;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod record;
-#[cfg(feature = "postgres")]
-mod replay_tier;
-mod requests;
-mod schema;
-mod store;
-mod stripes;
-mod unique;
-mod versions;
-mod vv;
+// 3. One async API over both.
+#[cfg(feature = "async")]
+mod async_store;
+// 4. The HTTP layer.
+#[cfg(feature = "http")]
+pub mod http;
 
-#[cfg(feature = "postgres")]
-pub use async_store::SchemaStep;
 #[cfg(feature = "async")]
 pub use async_store::{AsyncCommit, AsyncStore};
+pub use causal::{Causality, Sibling, Siblings, VersionVector};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
-pub use commit::{Commit, CommitConflict, Committed};
-pub use config::{Config, Durability};
+pub use commit::{CommitConflict, Committed};
+#[cfg(feature = "postgres")]
+pub use config::fleet::{StatementMode, SynchronousCommit, TlsMode, TlsRoots};
+pub use config::{Config, Durability, TraceTenants};
 pub use consumer::{Begin, ConsumerOptions, MessageFailed};
+pub use embedded::commit::Commit;
+pub use embedded::inspect::{DataKind, Detail, Item};
+pub use embedded::Store;
+pub use entities::{
+    etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,
+};
 pub use error::{Error, InvalidInput, Result};
-pub use inspect::{DataKind, Detail, Item};
 pub use keys::{derive_key, fingerprint, mint_key};
-pub use metrics::{Counters, Stats};
-pub use observe::{trace_key_hash, TraceTenants};
 pub use offsets::OffsetWindow;
 #[cfg(feature = "postgres")]
-pub use postgres::{
-    PostgresStats, SqlTransaction, SqlValue, StatementMode, SynchronousCommit, TlsMode, TlsRoots,
-};
+pub use postgres::migrations::SchemaStep;
+#[cfg(feature = "postgres")]
+pub use postgres::replay_tier::ReplayTierStats;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStats, SqlTransaction, SqlValue};
 pub use record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
     ReplayView, Response,
 };
-#[cfg(feature = "postgres")]
-pub use replay_tier::ReplayTierStats;
 pub use requests::{Execution, MAX_FINGERPRINT_LEN};
-pub use store::Store;
+pub use telemetry::counters::{Counters, Stats};
+pub use telemetry::spans::trace_key_hash;
 pub use unique::{Released, Reservation};
-pub use versions::{
-    etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,
-};
-pub use vv::{Causality, Sibling, Siblings, VersionVector};
 
 #[cfg(feature = "__internal")]
 #[doc(hidden)]
@@ -133,12 +131,12 @@ pub mod __internal {
     /// before; another handle sees an empty environment. Opaque: which engine provides it is not
     /// part of any API.
     #[derive(Clone)]
-    pub struct InMemory(pub(crate) crate::engine::MemEnv);
+    pub struct InMemory(pub(crate) crate::embedded::engine::MemEnv);
 
     impl InMemory {
         /// A new, empty in-memory environment.
         pub fn new() -> Result<Self> {
-            crate::engine::MemEnv::new().map(Self)
+            crate::embedded::engine::MemEnv::new().map(Self)
         }
     }
 
@@ -159,13 +157,13 @@ pub mod __internal {
     /// Decodes a value of the `records` column family: the record as `get` would report it, and
     /// the record encoded again (the canonical bytes of what was decoded).
     pub fn decode_record(bytes: &[u8]) -> Result<(RecordInfo, Vec<u8>)> {
-        let rec = crate::codec::decode_record(bytes)?;
-        Ok((rec.info(), crate::codec::encode_record(&rec)?))
+        let rec = crate::embedded::codec::decode_record(bytes)?;
+        Ok((rec.info(), crate::embedded::codec::encode_record(&rec)?))
     }
 
     /// The expiry the compaction filter reads from a record value (`None` unless it checks out).
     pub fn record_expiry(bytes: &[u8]) -> Option<u64> {
-        crate::codec::record_expiry(bytes)
+        crate::embedded::codec::record_expiry(bytes)
     }
 
     /// Seals `body` in the generic envelope `[format][body][crc32 BE]`.
@@ -175,13 +173,13 @@ pub mod __internal {
 
     /// Decodes a versioned entity value (kind 1): its version and value (`None`: a tombstone).
     pub fn decode_entity(bytes: &[u8]) -> Result<(u64, Option<Vec<u8>>)> {
-        let s = crate::versions::decode_entity(bytes)?;
+        let s = crate::entities::decode_entity(bytes)?;
         Ok((s.version, s.value))
     }
 
     /// Encodes a versioned entity value (kind 1).
     pub fn encode_entity(version: u64, value: Option<&[u8]>) -> Vec<u8> {
-        crate::versions::encode_entity(version, value)
+        crate::entities::encode_entity(version, value)
     }
 
     /// Decodes a causal entity value (kind 2).
@@ -196,7 +194,7 @@ pub mod __internal {
 
     /// Encodes a replica version vector value (kind 3), as a merge operand.
     pub fn encode_version_vector(vv: &VersionVector) -> Vec<u8> {
-        crate::vv::encode_vv(vv).unwrap_or_default()
+        crate::causal::encode_vv(vv).unwrap_or_default()
     }
 
     /// Decodes an offset window value (kind 4).
@@ -231,7 +229,7 @@ pub mod __internal {
 
     /// The `versions` column family's merge operator on a key, an existing value and operands.
     pub fn versions_merge(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-        crate::schema::versions_fold(key, existing, operands)
+        crate::embedded::schema::versions_fold(key, existing, operands)
     }
 
     /// The `meta` column family's merge operator (the fence high-water mark).

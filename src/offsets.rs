@@ -10,16 +10,14 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Cf;
 use crate::error::Result;
-use crate::format::{self, entity_key, Kind};
-use crate::store::Store;
+use crate::format::{self};
 
 /// The processed offsets of one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetWindow {
-    next: u64,
-    above: BTreeSet<u64>,
+    pub(crate) next: u64,
+    pub(crate) above: BTreeSet<u64>,
 }
 
 impl OffsetWindow {
@@ -55,14 +53,14 @@ impl OffsetWindow {
         w
     }
 
-    fn processed(offset: u64) -> Self {
+    pub(crate) fn processed(offset: u64) -> Self {
         let mut s = Self::default();
         s.above.insert(offset);
         s.normalise();
         s
     }
 
-    fn join(&mut self, other: &OffsetWindow) {
+    pub(crate) fn join(&mut self, other: &OffsetWindow) {
         self.next = self.next.max(other.next);
         self.above.extend(other.above.iter().copied());
         self.normalise();
@@ -77,7 +75,7 @@ impl OffsetWindow {
     }
 }
 
-fn encode(w: &OffsetWindow) -> Result<Vec<u8>> {
+pub(crate) fn encode(w: &OffsetWindow) -> Result<Vec<u8>> {
     format::seal_bincode("offset window", w)
 }
 
@@ -98,101 +96,12 @@ pub(crate) fn window_full(limit: usize) -> crate::Error {
     .into()
 }
 
-fn partition_key(group: &[u8], topic: &[u8], partition: u32) -> Vec<u8> {
-    let id = format::composite(&[topic, &partition.to_be_bytes()]);
-    entity_key(Kind::Offsets, group, &id)
-}
-
-impl Store {
-    /// Marks `offset` of a partition processed, in any order (a merge, after a read under the
-    /// partition's lock stripe that refuses, with [`crate::InvalidInput::LimitReached`], a mark
-    /// that would keep more than [`crate::Config::max_offset_gaps`] offsets above the watermark).
-    pub fn mark_processed(
-        &self,
-        group: impl AsRef<[u8]>,
-        topic: impl AsRef<[u8]>,
-        partition: u32,
-        offset: u64,
-    ) -> Result<()> {
-        let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.core.check_names(group, topic)?;
-        let key = partition_key(group, topic, partition);
-        let _g = self.core.lock(&key);
-        let mut w: OffsetWindow = self.core.load_sealed("offset window", &key)?;
-        if w.contains(offset) {
-            return Ok(());
-        }
-        w.join(&OffsetWindow::processed(offset));
-        let limit = self.config().max_offset_gaps;
-        if w.above.len() > limit {
-            return Err(window_full(limit));
-        }
-        self.merge_window(&key, &OffsetWindow::processed(offset))
-    }
-
-    /// Declares every offset at or below `watermark` processed (a monotone maximum).
-    pub fn commit_watermark(
-        &self,
-        group: impl AsRef<[u8]>,
-        topic: impl AsRef<[u8]>,
-        partition: u32,
-        watermark: u64,
-    ) -> Result<()> {
-        let mut w = OffsetWindow {
-            next: watermark.saturating_add(1),
-            above: BTreeSet::new(),
-        };
-        if watermark == u64::MAX {
-            // `next` saturates: the last offset is kept in the set instead.
-            w.above.insert(u64::MAX);
-        }
-        let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.core.check_names(group, topic)?;
-        self.merge_window(&partition_key(group, topic, partition), &w)
-    }
-
-    /// The processed offsets of a partition.
-    pub fn offset_window(
-        &self,
-        group: impl AsRef<[u8]>,
-        topic: impl AsRef<[u8]>,
-        partition: u32,
-    ) -> Result<OffsetWindow> {
-        let (group, topic) = (group.as_ref(), topic.as_ref());
-        self.core.check_names(group, topic)?;
-        let mut w: OffsetWindow = self
-            .core
-            .load_sealed("offset window", &partition_key(group, topic, partition))?;
-        w.normalise();
-        Ok(w)
-    }
-
-    /// Whether `offset` of a partition is processed (exact).
-    pub fn is_processed(
-        &self,
-        group: impl AsRef<[u8]>,
-        topic: impl AsRef<[u8]>,
-        partition: u32,
-        offset: u64,
-    ) -> Result<bool> {
-        Ok(self
-            .offset_window(group, topic, partition)?
-            .contains(offset))
-    }
-
-    fn merge_window(&self, key: &[u8], w: &OffsetWindow) -> Result<()> {
-        let mut b = self.core.engine().batch();
-        b.merge(Cf::Versions, key, &encode(w)?);
-        self.core.engine().write(b)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn window_closes_gaps() {
+    pub(crate) fn window_closes_gaps() {
         let mut w = OffsetWindow::default();
         for o in [3, 1, 0, 5] {
             w.join(&OffsetWindow::processed(o));

@@ -5,8 +5,8 @@
 //! from the row as read under its lock, so no concurrent write is lost on either backend.
 
 use super::{blocking, AsyncStore, Backend};
+use crate::causal::{Siblings, VersionVector};
 use crate::error::Result;
-use crate::vv::{Siblings, VersionVector};
 
 impl AsyncStore {
     /// Reads a causal entity: all concurrent values and the context that covers them, as
@@ -20,13 +20,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.causal_get(tenant, id),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, id)?;
-                let bytes = pg
-                    .causal_get(crate::postgres::CausalKind::Entity, tenant, id)
-                    .await?;
-                crate::vv::decode_causal(bytes.as_deref())
-            }
+            Backend::Postgres(pg) => pg.causal_get(tenant, id).await,
         }
     }
 
@@ -53,17 +47,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.causal_put(t, i, &a, &c, value)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                crate::vv::check_causal_put(&self.cfg, tenant, id, actor, &value)?;
-                let cfg = self.cfg.clone();
-                pg.causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
-                    let state = crate::vv::decode_causal(cur)?;
-                    let state = crate::vv::put_sibling(state, actor, context, value);
-                    let sealed = crate::vv::seal_causal(&cfg, &state)?;
-                    Ok((Some(sealed), state))
-                })
-                .await
-            }
+            Backend::Postgres(pg) => pg.causal_put(tenant, id, actor, context, value).await,
         }
     }
 
@@ -82,23 +66,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.causal_delete(t, i, &c)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, id)?;
-                pg.causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
-                    let left = match crate::vv::decode_causal(cur) {
-                        // Damaged data can always be cleared.
-                        Err(crate::Error::Corrupted { .. }) => Siblings::default(),
-                        Err(e) => return Err(e),
-                        Ok(state) => crate::vv::delete_seen(state, context),
-                    };
-                    if left.values.is_empty() {
-                        return Ok((None, Siblings::default()));
-                    }
-                    let sealed = crate::format::seal_bincode("causal entity", &left)?;
-                    Ok((Some(sealed), left))
-                })
-                .await
-            }
+            Backend::Postgres(pg) => pg.causal_delete(tenant, id, context).await,
         }
     }
 
@@ -117,21 +85,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.merge_replica_vector(t, i, &v)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, id)?;
-                let cfg = self.cfg.clone();
-                pg.causal_update(
-                    crate::postgres::CausalKind::ReplicaVector,
-                    tenant,
-                    id,
-                    |cur| {
-                        let merged = crate::vv::decode_vv(cur)?.merged(vv);
-                        crate::vv::check_vv_bound(&cfg, &merged)?;
-                        Ok((Some(crate::vv::encode_vv(&merged)?), ()))
-                    },
-                )
-                .await
-            }
+            Backend::Postgres(pg) => pg.merge_replica_vector(tenant, id, vv).await,
         }
     }
 
@@ -146,13 +100,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.replica_vector(tenant, id),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, id)?;
-                let bytes = pg
-                    .causal_get(crate::postgres::CausalKind::ReplicaVector, tenant, id)
-                    .await?;
-                crate::vv::decode_vv(bytes.as_deref())
-            }
+            Backend::Postgres(pg) => pg.replica_vector(tenant, id).await,
         }
     }
 }

@@ -78,17 +78,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.forget_message(g, i)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(group, id)?;
-                if let Some(tier) = &self.tier {
-                    tier.remove(Namespace::Consumers as u8, group, id);
-                }
-                let found = pg.forget(Namespace::Consumers, group, id).await?;
-                if found {
-                    crate::metrics::Metrics::bump(&self.metrics.forgotten);
-                }
-                Ok(found)
-            }
+            Backend::Postgres(pg) => pg.forget(Namespace::Consumers, group, id).await,
         }
     }
 }

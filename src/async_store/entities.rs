@@ -5,10 +5,8 @@
 //! worker thread.
 
 use super::{blocking, AsyncStore, Backend};
-#[cfg(feature = "postgres")]
-use crate::error::Error;
+use crate::entities::{Conflict, Expect, UpdateOptions, Version, Versioned};
 use crate::error::Result;
-use crate::versions::{Conflict, Expect, UpdateOptions, Version, Versioned};
 
 impl AsyncStore {
     /// The current value and version of an entity, or `None` if absent or deleted, as
@@ -22,10 +20,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.get_entity(tenant, id),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(tenant, id)?;
-                pg.get_entity(tenant, id).await
-            }
+            Backend::Postgres(pg) => pg.get_entity(tenant, id).await,
         }
     }
 
@@ -74,73 +69,13 @@ impl AsyncStore {
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
     {
         let (tenant, id) = (tenant.as_ref().to_vec(), id.as_ref().to_vec());
-        self.cfg.check_names(&tenant, &id)?;
         match &self.backend {
             Backend::Embedded(s) => {
                 blocking(s, move |s| s.update_entity(tenant, id, opts, f)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => self.update_on_postgres(pg, &tenant, &id, opts, f).await,
+            Backend::Postgres(pg) => pg.update_entity(&tenant, &id, opts, f).await,
         }
-    }
-
-    /// [`AsyncStore::update_entity`] on PostgreSQL: the embedded store's loop, with each write
-    /// one conditional call and the escalation a transaction holding the row.
-    #[cfg(feature = "postgres")]
-    async fn update_on_postgres<F>(
-        &self,
-        pg: &crate::postgres::PgStore,
-        tenant: &[u8],
-        id: &[u8],
-        opts: UpdateOptions,
-        mut f: F,
-    ) -> Result<Option<Versioned>>
-    where
-        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
-    {
-        let mut current = pg.get_entity(tenant, id).await?;
-        let mut backoff = crate::versions::Backoff::new(&opts);
-        let max = self.cfg.max_response_bytes;
-        for attempt in 1..=opts.max_attempts.max(1) {
-            if opts.escalate_after.is_some_and(|n| attempt > n) {
-                match pg.update_locked(tenant, id, max, &mut f).await? {
-                    Some(done) => return Ok(done),
-                    // A first write of the entity won the insert: a conflict like any other.
-                    None => continue,
-                }
-            }
-            let expect = current
-                .as_ref()
-                .map_or(Expect::Absent, |c| Expect::Version(c.version));
-            let new = f(current.as_ref().map(|c| c.value.as_slice()));
-            if let Some(v) = &new {
-                self.cfg.check_size("value", v.len())?;
-            }
-            let outcome = pg
-                .put_entity(tenant, id, expect, new.as_deref())
-                .await?
-                .map(|ver| {
-                    new.zip(ver)
-                        .map(|(value, version)| Versioned { value, version })
-                });
-            match outcome {
-                Ok(v) => return Ok(v),
-                Err(conflict) if attempt < opts.max_attempts => {
-                    // As on the embedded store: retry at once with what the conflict carries,
-                    // then back off (full jitter) and read again.
-                    if attempt == 1 {
-                        current = conflict.current;
-                        continue;
-                    }
-                    tokio::time::sleep(backoff.next_sleep()).await;
-                    current = pg.get_entity(tenant, id).await?;
-                }
-                Err(_) => break,
-            }
-        }
-        Err(Error::Contention {
-            attempts: opts.max_attempts.max(1),
-        })
     }
 
     /// The conditional write of both backends: `value` `None` writes a tombstone.
@@ -151,10 +86,6 @@ impl AsyncStore {
         expect: Expect,
         value: Option<Vec<u8>>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.cfg.check_names(tenant, id)?;
-        if let Some(v) = &value {
-            self.cfg.check_size("value", v.len())?;
-        }
         match &self.backend {
             Backend::Embedded(s) => {
                 let (t, i) = (tenant.to_vec(), id.to_vec());
@@ -165,7 +96,7 @@ impl AsyncStore {
                 .await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.put_entity(tenant, id, expect, value.as_deref()).await,
+            Backend::Postgres(pg) => pg.write_entity(tenant, id, expect, value.as_deref()).await,
         }
     }
 }

@@ -25,12 +25,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.mark_processed(g, t, partition, offset)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(group, topic)?;
-                let limit = Some(self.cfg.max_offset_gaps);
-                pg.join_offsets(group, topic, partition, 0, Some(offset), limit)
-                    .await
-            }
+            Backend::Postgres(pg) => pg.mark_processed(group, topic, partition, offset).await,
         }
     }
 
@@ -51,14 +46,7 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                self.cfg.check_names(group, topic)?;
-                // `next` cannot count past `u64::MAX`: that offset is kept in the set instead,
-                // as on the embedded store.
-                let (next, add) = match watermark.checked_add(1) {
-                    Some(next) => (next, None),
-                    None => (u64::MAX, Some(u64::MAX)),
-                };
-                pg.join_offsets(group, topic, partition, next, add, None)
+                pg.commit_watermark(group, topic, partition, watermark)
                     .await
             }
         }
@@ -76,10 +64,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.offset_window(group, topic, partition),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                self.cfg.check_names(group, topic)?;
-                pg.offset_window(group, topic, partition).await
-            }
+            Backend::Postgres(pg) => pg.offset_window(group, topic, partition).await,
         }
     }
 

@@ -5,8 +5,6 @@
 
 use super::{blocking, AsyncStore, Backend, LeaseResult};
 use crate::error::Result;
-#[cfg(feature = "postgres")]
-use crate::observe::{Op, OpKind};
 use crate::record::Lease;
 use crate::unique::{Released, Reservation};
 
@@ -20,14 +18,6 @@ fn parts(value: &[Vec<u8>]) -> Vec<&[u8]> {
 }
 
 impl AsyncStore {
-    /// The value's composite encoding, checked as the embedded store checks it (PostgreSQL).
-    #[cfg(feature = "postgres")]
-    fn unique_value(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
-        let encoded = crate::format::composite(value);
-        self.cfg.check_names(index, &encoded)?;
-        Ok(encoded)
-    }
-
     /// Reserves `value` (one or more parts) in `index` for `owner`, as
     /// [`Store::reserve`](crate::Store::reserve): `Reserved`, or `Taken` by another live owner.
     pub async fn reserve(
@@ -43,21 +33,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.reserve(i, &parts(&v), o)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let encoded = crate::format::composite(value);
-                let op = Op::start(OpKind::Reserve, &self.cfg, index, &encoded);
-                let r = async {
-                    let encoded = self.unique_value(index, value)?;
-                    self.cfg.check_names(index, owner)?;
-                    match pg.reserve(index, &encoded, owner, None).await? {
-                        Ok(r) => Ok(r),
-                        Err(lost) => Err(crate::error::Error::Engine(format!(
-                            "PostgreSQL: a plain reservation answered {lost:?}"
-                        ))),
-                    }
-                };
-                op.end_with(r.await, Reservation::outcome)
-            }
+            Backend::Postgres(pg) => pg.reserve(index, value, owner).await,
         }
     }
 
@@ -77,20 +53,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.reserve_for(&l, i, &parts(&v))).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let op = Op::start(
-                    OpKind::Reserve,
-                    &self.cfg,
-                    index,
-                    &crate::format::composite(value),
-                );
-                op.fence(lease.fence);
-                let r = match self.unique_value(index, value) {
-                    Ok(encoded) => pg.reserve(index, &encoded, &[], Some(lease)).await,
-                    Err(e) => Err(e),
-                };
-                op.end_with(r, |r| r.as_ref().map_or("lease_lost", Reservation::outcome))
-            }
+            Backend::Postgres(pg) => pg.reserve_for(lease, index, value).await,
         }
     }
 
@@ -108,14 +71,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.forget_reservation(i, &parts(&v))).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let encoded = self.unique_value(index, value)?;
-                let found = pg.forget_reservation(index, &encoded).await?;
-                if found {
-                    crate::metrics::Metrics::bump(&self.metrics.forgotten);
-                }
-                Ok(found)
-            }
+            Backend::Postgres(pg) => pg.forget_reservation(index, value).await,
         }
     }
 
@@ -134,10 +90,7 @@ impl AsyncStore {
                 blocking(s, move |s| s.release_reservation(i, &parts(&v), o)).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let encoded = self.unique_value(index, value)?;
-                pg.release_reservation(index, &encoded, owner).await
-            }
+            Backend::Postgres(pg) => pg.release_reservation(index, value, owner).await,
         }
     }
 
@@ -152,10 +105,7 @@ impl AsyncStore {
         match &self.backend {
             Backend::Embedded(s) => s.reservation_owner(index, value),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let encoded = self.unique_value(index, value)?;
-                pg.reservation_owner(index, &encoded).await
-            }
+            Backend::Postgres(pg) => pg.reservation_owner(index, value).await,
         }
     }
 }

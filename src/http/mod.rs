@@ -97,7 +97,7 @@ mod service;
 mod stored;
 mod tenant;
 
-use crate::metrics::Count;
+use crate::telemetry::counters::Count;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -140,13 +140,13 @@ where
     if !span.is_disabled() && !principal.is_empty() {
         span.record(
             "principal_hash",
-            crate::observe::short_hash(&[principal.as_bytes()]).as_str(),
+            crate::telemetry::spans::short_hash(&[principal.as_bytes()]).as_str(),
         );
     }
     let tenant = match tenant_of(&principal, opts.store.config().max_tenant_len) {
         Ok(t) => {
             if !span.is_disabled() {
-                let hash = crate::observe::trace_key_hash(t.as_bytes(), key.as_bytes());
+                let hash = crate::telemetry::spans::trace_key_hash(t.as_bytes(), key.as_bytes());
                 span.record("key_hash", hash.as_str());
             }
             t
@@ -405,7 +405,12 @@ where
 }
 
 /// Releases the key for a retry and counts why.
-async fn release(opts: &Options, lease: Lease, held_until: Instant, why: &crate::metrics::Count) {
+async fn release(
+    opts: &Options,
+    lease: Lease,
+    held_until: Instant,
+    why: &crate::telemetry::counters::Count,
+) {
     let released = |l: &LeaseLost| matches!(l, LeaseLost::Released);
     let done = persist(held_until, released, || {
         opts.store.fail(&lease, FailKind::Retryable)

@@ -6,7 +6,9 @@
 
 use super::send::Session;
 use super::{classify, statements as sql, PgStore};
+use crate::causal::{Siblings, VersionVector};
 use crate::error::Result;
+use crate::postgres::Postgres;
 
 /// What a row holds (`kind` in `idemdb_causal`).
 #[derive(Debug, Clone, Copy)]
@@ -63,5 +65,93 @@ impl PgStore {
             Ok(out)
         })
         .await
+    }
+}
+
+/// What each causal call means, as on the embedded store: the same checks and bound, and the
+/// same code computing the new state from the row as read under its lock.
+impl Postgres {
+    pub(crate) async fn causal_get(&self, tenant: &[u8], id: &[u8]) -> Result<Siblings> {
+        self.cfg.check_names(tenant, id)?;
+        let bytes = self
+            .sql
+            .causal_get(crate::postgres::CausalKind::Entity, tenant, id)
+            .await?;
+        crate::causal::decode_causal(bytes.as_deref())
+    }
+
+    pub(crate) async fn causal_put(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        actor: &str,
+        context: &VersionVector,
+        value: Vec<u8>,
+    ) -> Result<Siblings> {
+        crate::causal::check_causal_put(&self.cfg, tenant, id, actor, &value)?;
+        let cfg = self.cfg.clone();
+        self.sql
+            .causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
+                let state = crate::causal::decode_causal(cur)?;
+                let state = crate::causal::put_sibling(state, actor, context, value);
+                let sealed = crate::causal::seal_causal(&cfg, &state)?;
+                Ok((Some(sealed), state))
+            })
+            .await
+    }
+
+    pub(crate) async fn causal_delete(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        context: &VersionVector,
+    ) -> Result<Siblings> {
+        self.cfg.check_names(tenant, id)?;
+        self.sql
+            .causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
+                let left = match crate::causal::decode_causal(cur) {
+                    // Damaged data can always be cleared.
+                    Err(crate::Error::Corrupted { .. }) => Siblings::default(),
+                    Err(e) => return Err(e),
+                    Ok(state) => crate::causal::delete_seen(state, context),
+                };
+                if left.values.is_empty() {
+                    return Ok((None, Siblings::default()));
+                }
+                let sealed = crate::format::seal_bincode("causal entity", &left)?;
+                Ok((Some(sealed), left))
+            })
+            .await
+    }
+
+    pub(crate) async fn merge_replica_vector(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        vv: &VersionVector,
+    ) -> Result<()> {
+        self.cfg.check_names(tenant, id)?;
+        let cfg = self.cfg.clone();
+        self.sql
+            .causal_update(
+                crate::postgres::CausalKind::ReplicaVector,
+                tenant,
+                id,
+                |cur| {
+                    let merged = crate::causal::decode_vv(cur)?.merged(vv);
+                    crate::causal::check_vv_bound(&cfg, &merged)?;
+                    Ok((Some(crate::causal::encode_vv(&merged)?), ()))
+                },
+            )
+            .await
+    }
+
+    pub(crate) async fn replica_vector(&self, tenant: &[u8], id: &[u8]) -> Result<VersionVector> {
+        self.cfg.check_names(tenant, id)?;
+        let bytes = self
+            .sql
+            .causal_get(crate::postgres::CausalKind::ReplicaVector, tenant, id)
+            .await?;
+        crate::causal::decode_vv(bytes.as_deref())
     }
 }

@@ -13,11 +13,18 @@ use super::entities::{condition, WriteOutcome};
 use super::send::Session;
 use super::HolderCall;
 use super::{classify, from_i64, lost_from_row, ns_code, one, statements as sql, to_i64, PgStore};
-use crate::commit::CommitConflict;
+use std::sync::Arc;
+
+use super::transaction::SqlTransaction;
+use super::{HolderChange, Postgres};
+use crate::commit::{CommitConflict, Committed, EntityWrite, LeaseEnd, Plan, PlanOp};
+use crate::entities::{Expect, StoredEntity, Version};
 use crate::error::{corrupted, Error, Result};
+use crate::record::FailKind;
 use crate::record::Lease;
+use crate::telemetry::counters::Metrics;
+use crate::telemetry::spans::{Op, OpKind};
 use crate::unique::Reservation;
-use crate::versions::{Expect, StoredEntity, Version};
 
 /// One operation of a commit, as PostgreSQL runs it.
 pub(crate) enum PgOp {
@@ -288,6 +295,122 @@ impl PgStore {
                 };
                 Ok(Err(CommitConflict::Lease { op: i, lost }))
             }
+        }
+    }
+}
+
+impl PgOp {
+    /// A plan's operation as PostgreSQL runs it.
+    fn from_plan(op: PlanOp) -> Result<PgOp> {
+        Ok(match op {
+            PlanOp::Entity {
+                tenant,
+                id,
+                expect,
+                write,
+            } => PgOp::Entity {
+                tenant,
+                id,
+                expect,
+                write: match write {
+                    EntityWrite::Check => None,
+                    EntityWrite::Put(v) => Some(Some(v)),
+                    EntityWrite::Delete => Some(None),
+                },
+            },
+            PlanOp::Lease { lease, end } => PgOp::Lease {
+                lease,
+                call: HolderCall::new(match end {
+                    LeaseEnd::Complete(r) => HolderChange::Complete(r),
+                    LeaseEnd::Fail(FailKind::Terminal(r)) => HolderChange::FailTerminal(r),
+                    LeaseEnd::Fail(FailKind::Retryable) => HolderChange::Release,
+                })?,
+            },
+            PlanOp::Reserve {
+                index,
+                value,
+                owner,
+            } => {
+                let parts: Vec<&[u8]> = value.iter().map(Vec::as_slice).collect();
+                PgOp::Reserve {
+                    index,
+                    value: crate::format::composite(&parts),
+                    owner,
+                }
+            }
+        })
+    }
+}
+
+/// A plan as PostgreSQL runs it, and the lease ends to count once it commits.
+pub(crate) fn run_form(plan: Plan, metrics: &Arc<Metrics>) -> Result<(Vec<PgOp>, LeaseEnds)> {
+    let ops = plan.into_ops()?;
+    let mut ends = LeaseEnds {
+        metrics: metrics.clone(),
+        completed: 0,
+        released: 0,
+        failed: 0,
+    };
+    for op in &ops {
+        if let PlanOp::Lease { end, .. } = op {
+            match end {
+                LeaseEnd::Complete(_) => ends.completed += 1,
+                LeaseEnd::Fail(FailKind::Retryable) => ends.released += 1,
+                LeaseEnd::Fail(FailKind::Terminal(_)) => ends.failed += 1,
+            }
+        }
+    }
+    let ops = ops
+        .into_iter()
+        .map(PgOp::from_plan)
+        .collect::<Result<Vec<_>>>()?;
+    Ok((ops, ends))
+}
+
+impl Postgres {
+    /// Applies a commit's plan in a transaction of its own, in its span.
+    pub(crate) async fn commit(
+        &self,
+        plan: Plan,
+    ) -> Result<std::result::Result<Committed, CommitConflict>> {
+        let op = Op::unkeyed(OpKind::Commit);
+        op.count(plan.len() as u64);
+        let r = match SqlTransaction::deferred(self.sql.clone()).await {
+            Ok(tx) => tx.commit_plan(self, plan).await,
+            Err(e) => Err(e),
+        };
+        op.end_with(r, |r| if r.is_ok() { "committed" } else { "conflict" })
+    }
+}
+
+/// The lease ends of a commit on PostgreSQL, counted as the embedded store counts them: each
+/// end once the commit is committed, one lost lease when a lease refused it.
+pub(crate) struct LeaseEnds {
+    metrics: Arc<Metrics>,
+    completed: u64,
+    released: u64,
+    failed: u64,
+}
+
+impl LeaseEnds {
+    /// The commit is committed: every lease it ended is counted.
+    pub(crate) fn committed(&self) {
+        let m = &self.metrics;
+        for (count, n) in [
+            (&m.completed, self.completed),
+            (&m.failed_retryable, self.released),
+            (&m.failed_terminal, self.failed),
+        ] {
+            if n > 0 {
+                count.add(n);
+            }
+        }
+    }
+
+    /// The commit was refused: a lost lease is counted as a holder's refused call is.
+    pub(crate) fn refused(&self, conflict: &CommitConflict) {
+        if matches!(conflict, CommitConflict::Lease { .. }) {
+            Metrics::bump(&self.metrics.lease_lost);
         }
     }
 }

@@ -6,9 +6,9 @@
 use tokio_postgres::Row;
 
 use super::send::Session;
-use super::{classify, from_i64, statements as sql, PgStore};
-use crate::error::{InvalidInput, Result};
-use crate::versions::{Conflict, Expect, Version, Versioned};
+use super::{classify, from_i64, statements as sql, PgStore, Postgres};
+use crate::entities::{Backoff, Conflict, Expect, UpdateOptions, Version, Versioned};
+use crate::error::{Error, InvalidInput, Result};
 
 /// The outcome of a conditional write: the version written (`None`: a delete that found nothing
 /// live), or the conflict with what is there now.
@@ -154,5 +154,88 @@ impl PgStore {
             ))
         })
         .await
+    }
+}
+
+/// What each call on an entity means, as on the embedded store (the same checks and outcomes).
+impl Postgres {
+    /// The current value and version, or `None` if absent or deleted.
+    pub(crate) async fn get_entity(&self, tenant: &[u8], id: &[u8]) -> Result<Option<Versioned>> {
+        self.cfg.check_names(tenant, id)?;
+        self.sql.get_entity(tenant, id).await
+    }
+
+    /// Writes `value` (`None`: a tombstone) if `expect` holds: the new version, or the conflict.
+    pub(crate) async fn write_entity(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        expect: Expect,
+        value: Option<&[u8]>,
+    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
+        self.cfg.check_names(tenant, id)?;
+        if let Some(v) = value {
+            self.cfg.check_size("value", v.len())?;
+        }
+        self.sql.put_entity(tenant, id, expect, value).await
+    }
+
+    /// An entity updated by `f`, as the embedded store's `update_entity`: its loop, with each write
+    /// one conditional call and the escalation a transaction holding the row.
+    pub(crate) async fn update_entity<F>(
+        &self,
+        tenant: &[u8],
+        id: &[u8],
+        opts: UpdateOptions,
+        mut f: F,
+    ) -> Result<Option<Versioned>>
+    where
+        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
+    {
+        self.cfg.check_names(tenant, id)?;
+        let mut current = self.sql.get_entity(tenant, id).await?;
+        let mut backoff = Backoff::new(&opts);
+        let max = self.cfg.max_response_bytes;
+        for attempt in 1..=opts.max_attempts.max(1) {
+            if opts.escalate_after.is_some_and(|n| attempt > n) {
+                match self.sql.update_locked(tenant, id, max, &mut f).await? {
+                    Some(done) => return Ok(done),
+                    // A first write of the entity won the insert: a conflict like any other.
+                    None => continue,
+                }
+            }
+            let expect = current
+                .as_ref()
+                .map_or(Expect::Absent, |c| Expect::Version(c.version));
+            let new = f(current.as_ref().map(|c| c.value.as_slice()));
+            if let Some(v) = &new {
+                self.cfg.check_size("value", v.len())?;
+            }
+            let outcome = self
+                .sql
+                .put_entity(tenant, id, expect, new.as_deref())
+                .await?
+                .map(|ver| {
+                    new.zip(ver)
+                        .map(|(value, version)| Versioned { value, version })
+                });
+            match outcome {
+                Ok(v) => return Ok(v),
+                Err(conflict) if attempt < opts.max_attempts => {
+                    // As on the embedded store: retry at once with what the conflict carries,
+                    // then back off (full jitter) and read again.
+                    if attempt == 1 {
+                        current = conflict.current;
+                        continue;
+                    }
+                    tokio::time::sleep(backoff.next_sleep()).await;
+                    current = self.sql.get_entity(tenant, id).await?;
+                }
+                Err(_) => break,
+            }
+        }
+        Err(Error::Contention {
+            attempts: opts.max_attempts.max(1),
+        })
     }
 }

@@ -3,6 +3,9 @@
 //! `idemdb_migrations`, and applying runs in one transaction under an advisory lock, so instances
 //! that open the store at the same moment apply each step exactly once.
 
+use crate::config::Config;
+use crate::error::{Error, Result};
+
 /// One step of the schema.
 pub(crate) struct Migration {
     pub(crate) version: i32,
@@ -551,3 +554,64 @@ const EPOCH_FENCE_DOWN: &str = concat!(
     ALTER SEQUENCE idemdb_fence NO MAXVALUE;
     "
 );
+
+/// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaStep {
+    /// The step's version (1, 2, ...).
+    pub version: i32,
+    /// What it creates.
+    pub name: &'static str,
+    /// When it was applied (the database's text form of the time), `None` if it was not.
+    pub applied_at: Option<String>,
+}
+
+impl Config {
+    fn postgres_settings(&self, operation: &'static str) -> Result<&super::Settings> {
+        self.postgres.as_ref().ok_or(Error::Unsupported {
+            operation,
+            hint: "only a store on PostgreSQL (Config::postgres) has a schema",
+        })
+    }
+
+    /// PostgreSQL only: every step of the schema this build knows, with when each was applied.
+    pub async fn schema_status(&self) -> Result<Vec<SchemaStep>> {
+        let pg = super::PgStore::connect(self.postgres_settings("schema_status")?, None)?;
+        let applied = pg.migration_status().await?;
+        Ok(MIGRATIONS
+            .iter()
+            .map(|m| SchemaStep {
+                version: m.version,
+                name: m.name,
+                applied_at: applied
+                    .iter()
+                    .find(|a| a.0 == m.version)
+                    .map(|a| a.2.clone()),
+            })
+            .collect())
+    }
+
+    /// PostgreSQL only: moves the schema to version `to` (`None`: the latest this build knows),
+    /// applying the steps above the current version or undoing those above `to` (newest first;
+    /// undoing drops their tables and data, and `Some(0)` removes every idemdb table). Each step
+    /// runs in its own transaction under an advisory lock. Returns the versions applied, or
+    /// undone, in the order they ran.
+    pub async fn migrate_schema(&self, to: Option<i32>) -> Result<Vec<i32>> {
+        let latest = current_version();
+        let target = to.unwrap_or(latest);
+        if !(0..=latest).contains(&target) {
+            return Err(crate::error::InvalidInput::Config(format!(
+                "schema version {target} is not in 0..={latest}"
+            ))
+            .into());
+        }
+        let pg = super::PgStore::connect(self.postgres_settings("migrate_schema")?, None)?;
+        let current = pg.schema_version().await?;
+        if target >= current {
+            pg.migrate_up(Some(target)).await
+        } else {
+            pg.migrate_down(target).await
+        }
+    }
+}

@@ -24,6 +24,8 @@ mod entities;
 pub(crate) mod migrations;
 mod offsets;
 mod pool;
+pub(crate) mod replay_tier;
+mod requests;
 mod send;
 mod settings;
 mod statements;
@@ -32,12 +34,9 @@ mod tls;
 mod transaction;
 mod unique;
 
+pub(crate) use crate::config::fleet::Settings;
 pub(crate) use causal::CausalKind;
-pub(crate) use commit::PgOp;
-pub(crate) use settings::Settings;
-pub use settings::{StatementMode, SynchronousCommit};
 pub use stats::PostgresStats;
-pub use tls::{TlsMode, TlsRoots};
 pub use transaction::{SqlTransaction, SqlValue};
 
 use std::collections::BTreeMap;
@@ -52,11 +51,12 @@ use pool::{lend, Conn};
 use send::{Param, Session};
 
 use crate::clock::{Clock, Millis};
+use crate::config::fleet::StatementMode;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::Namespace;
-use crate::record::{
-    Checkpoint, Claim, Lease, LeaseLost, RecordInfo, RecordState, Replay, Response,
-};
+use crate::record::{Checkpoint, LeaseLost, Replay, Response};
+use crate::telemetry::counters::Metrics;
 
 /// A fencing token is `epoch << FENCE_EPOCH_SHIFT | n` (migration 4): `epoch` the server's WAL
 /// timeline when the token was drawn, `n` from the `idemdb_fence` sequence.
@@ -75,6 +75,72 @@ const FAILED: i16 = 3;
 
 /// How often a statement whose snapshot disagreed with its lock is rerun before giving up.
 const RERUNS: u32 = 8;
+
+/// The PostgreSQL backend as a whole: what every call of the async API means on PostgreSQL, with
+/// the same argument checks, outcomes, counters and spans as the embedded store. Its SQL is
+/// [`PgStore`]'s; the replay tier, the counters and the sweeper are this process's.
+pub(crate) struct Postgres {
+    pub(crate) sql: Arc<PgStore>,
+    pub(crate) cfg: Arc<Config>,
+    /// The local replay tier, if configured.
+    tier: Option<Arc<replay_tier::ReplayTier>>,
+    /// This process's outcome counters.
+    metrics: Arc<Metrics>,
+}
+
+impl Postgres {
+    /// Opens the store `cfg` describes (a PostgreSQL configuration), and starts its sweeper.
+    pub(crate) async fn open(cfg: Arc<Config>, settings: &Settings) -> Result<Postgres> {
+        cfg.validate()?;
+        let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
+        let sql = Arc::new(PgStore::open(settings, clock).await?);
+        let metrics = Arc::new(Metrics::default());
+        if let Some(every) = cfg.sweep_interval {
+            tokio::spawn(requests::sweep_in_background(
+                Arc::downgrade(&sql),
+                Arc::downgrade(&metrics),
+                every,
+            ));
+        }
+        let tier = (settings.tier_bytes > 0).then(|| {
+            Arc::new(replay_tier::ReplayTier::new(
+                settings.tier_bytes,
+                settings.tier_max_age,
+            ))
+        });
+        Ok(Postgres {
+            sql,
+            cfg,
+            tier,
+            metrics,
+        })
+    }
+
+    /// What the local replay tier holds and how often it answered; `None` without a tier.
+    pub(crate) fn tier_stats(&self) -> Option<replay_tier::ReplayTierStats> {
+        self.tier.as_ref().map(|t| t.stats())
+    }
+
+    /// This process's outcome counters.
+    pub(crate) fn counters(&self) -> crate::telemetry::counters::Counters {
+        self.metrics.snapshot()
+    }
+
+    /// The counters the commits of this store bump.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The database server's time.
+    pub(crate) async fn now(&self) -> Result<Millis> {
+        self.sql.now().await
+    }
+
+    /// What the database holds, counted in one read-only statement.
+    pub(crate) async fn stats(&self) -> Result<PostgresStats> {
+        self.sql.stats().await
+    }
+}
 
 /// A store on PostgreSQL: a connection pool, the store's id and its settings.
 pub(crate) struct PgStore {
@@ -728,228 +794,6 @@ impl PgStore {
         let row = self.query(statements::NOW, &[&self.now_param()]).await?;
         let t = row.ok_or_else(|| Error::Engine("PostgreSQL: now() returned no row".into()))?;
         from_i64("database time", t.get(0))
-    }
-
-    /// Claims a key: one statement decides (acquire, or not); its answer tells what was found,
-    /// with the record's expiry and the database's time when it is a finished record (for the
-    /// replay tier; zeros otherwise).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn claim(
-        &self,
-        ns: Namespace,
-        tenant: &[u8],
-        key: &[u8],
-        fingerprint: &[u8],
-        lease_ms: u64,
-        retention_ms: u64,
-    ) -> Result<(Claim, Millis, Millis)> {
-        let (lease_ms, retention_ms) = (
-            to_i64("lease", lease_ms)?,
-            to_i64("retention", retention_ms)?,
-        );
-        let ns_c = ns_code(ns);
-        // The common cases (a new key, a finished record, a live lease, another fingerprint) are
-        // decided by the first statement; a row that looks acquirable goes to the function.
-        // Unnamed statements are planned at every call: the function's statements are planned
-        // once per server connection and cached there (measured: docs/benchmarks.md).
-        let mut sql = match self.mode {
-            StatementMode::Prepared => statements::CLAIM_FAST,
-            StatementMode::Unnamed => statements::CLAIM,
-        };
-        for _ in 0..RERUNS {
-            let now = self.now_param();
-            let params: [&dyn Param; 7] = [
-                &ns_c,
-                &tenant,
-                &key,
-                &fingerprint,
-                &lease_ms,
-                &retention_ms,
-                &now,
-            ];
-            // No row, or no decision: the key's row was inserted or changed by another claim
-            // after the statement's snapshot; run the claim again to read it.
-            let Some(row) = self.query(sql, &params).await? else {
-                continue;
-            };
-            let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
-                continue;
-            };
-            let fence = from_i64("fence", row.get("fence"))?;
-            let lease_until = from_i64("lease_until", row.get("lease_until"))?;
-            if acquired {
-                self.note_epoch(fence);
-                return Ok((
-                    Claim::Acquired(Lease {
-                        tenant: tenant.to_vec(),
-                        key: key.to_vec(),
-                        fence,
-                        until: lease_until,
-                        attempt: from_i32("attempts", row.get("attempts"))?,
-                        takeover: row.get("taken_over"),
-                        checkpoint: checkpoint(
-                            row.get("checkpoint_phase"),
-                            row.get("checkpoint_state"),
-                        ),
-                        store_id: self.store_id,
-                        ns,
-                    }),
-                    0,
-                    0,
-                ));
-            }
-            let now = from_i64("database time", row.get("now"))?;
-            let expires_at = from_i64("expires_at", row.get("expires_at"))?;
-            let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
-            let state: Option<i16> = row.get("state");
-            if expires_at <= now {
-                sql = statements::CLAIM; // expired: taken under the row lock
-                continue;
-            }
-            if stored_fp.as_deref() != Some(fingerprint) {
-                return Ok((Claim::Mismatch, 0, 0));
-            }
-            match state {
-                Some(COMPLETED) => return Ok((Claim::Completed(replay(&row)?), expires_at, now)),
-                Some(FAILED) => return Ok((Claim::Failed(replay(&row)?), expires_at, now)),
-                Some(PENDING) if lease_until > now => {
-                    return Ok((
-                        Claim::InProgress {
-                            retry_after: Duration::from_millis(lease_until - now),
-                        },
-                        0,
-                        0,
-                    ))
-                }
-                // Released, or a lease run out: taken under the row lock.
-                Some(PENDING | RELEASED) => sql = statements::CLAIM,
-                other => {
-                    return Err(crate::error::corrupted(
-                        "request row",
-                        format!("unknown state {other:?}"),
-                    ))
-                }
-            }
-        }
-        Err(Error::Contention { attempts: RERUNS })
-    }
-
-    /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending` decides; only when
-    /// it changed nothing, a read of the row says why (a lost lease costs a second round trip).
-    pub(crate) async fn holder(
-        &self,
-        lease: &Lease,
-        change: HolderChange,
-    ) -> Result<std::result::Result<Millis, LeaseLost>> {
-        if lease.store_id != self.store_id {
-            return Err(Error::ForeignLease);
-        }
-        let ns_c = ns_code(lease.ns);
-        let fence = to_i64("fence", lease.fence)?;
-        let call = HolderCall::new(change)?;
-        for _ in 0..RERUNS {
-            let now = self.now_param();
-            if self.mode == StatementMode::Unnamed {
-                // One call of the function: it applies the change, or says why not.
-                let params = call.function_params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
-                let row = self.query(statements::HOLDER_FN, &params).await?;
-                let Some(row) = row else {
-                    return Err(Error::Engine(
-                        "PostgreSQL: idemdb_holder returned no row".into(),
-                    ));
-                };
-                if let Some(until) = row.get::<_, Option<i64>>("done_until") {
-                    return Ok(Ok(from_i64("lease_until", until)?));
-                }
-                match lost_from_row(&row, fence)? {
-                    Some(lost) => return Ok(Err(lost)),
-                    None => continue,
-                }
-            }
-            let params = call.params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
-            if let Some(row) = self.query(call.sql, &params).await? {
-                return Ok(Ok(from_i64("lease_until", row.get("lease_until"))?));
-            }
-            // It applied to nothing: read why.
-            let Some(row) = self
-                .query(
-                    statements::HOLDER_WHY,
-                    &[&ns_c, &lease.tenant, &lease.key, &now],
-                )
-                .await?
-            else {
-                return Ok(Err(LeaseLost::Gone));
-            };
-            match lost_from_row(&row, fence)? {
-                Some(lost) => return Ok(Err(lost)),
-                // Ours when read, after the update found it otherwise: ask again.
-                None => continue,
-            }
-        }
-        Err(Error::Contention { attempts: RERUNS })
-    }
-
-    /// A record as stored, if live.
-    pub(crate) async fn get(
-        &self,
-        ns: Namespace,
-        tenant: &[u8],
-        key: &[u8],
-    ) -> Result<Option<RecordInfo>> {
-        let ns_c = ns_code(ns);
-        let now = self.now_param();
-        let row = self
-            .query(statements::GET, &[&ns_c, &tenant, &key, &now])
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let state = match row.get::<_, i16>("state") {
-            PENDING => RecordState::Pending {
-                lease_until: from_i64("lease_until", row.get("lease_until"))?,
-            },
-            RELEASED => RecordState::Released,
-            COMPLETED => RecordState::Completed(replay(&row)?),
-            FAILED => RecordState::Failed(replay(&row)?),
-            other => {
-                return Err(crate::error::corrupted(
-                    "request row",
-                    format!("unknown state {other}"),
-                ))
-            }
-        };
-        Ok(Some(RecordInfo {
-            state,
-            fingerprint: row.get("fingerprint"),
-            created_at: from_i64("created_at", row.get("created_at"))?,
-            expires_at: from_i64("expires_at", row.get("expires_at"))?,
-            fence: from_i64("fence", row.get("fence"))?,
-            attempts: from_i32("attempts", row.get("attempts"))?,
-            takeovers: from_i32("takeovers", row.get("takeovers"))?,
-            checkpoint: checkpoint(row.get("checkpoint_phase"), row.get("checkpoint_state")),
-        }))
-    }
-
-    /// Deletes a record whatever its state; whether a row was there.
-    pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
-        let ns_c = ns_code(ns);
-        let n = self
-            .execute(statements::FORGET, &[&ns_c, &tenant, &key])
-            .await?;
-        Ok(n > 0)
-    }
-
-    /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
-    /// transaction holds; how many were deleted.
-    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let now = self.now_param();
-        let n = self.execute(statements::SWEEP, &[&limit, &now]).await?
-            + self
-                .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
-                .await?
-            + self
-                .execute(statements::SWEEP_PLACEHOLDERS, &[&limit])
-                .await?;
-        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 }
 

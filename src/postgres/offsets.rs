@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::{statements as sql, PgStore};
 use crate::error::{corrupted, Result};
 use crate::offsets::{window_full, OffsetWindow};
+use crate::postgres::Postgres;
 
 fn number(what: &'static str, text: &str) -> Result<u64> {
     text.parse()
@@ -66,5 +67,51 @@ impl PgStore {
             .map(|t| number("offset window", t))
             .collect::<Result<BTreeSet<u64>>>()?;
         Ok(OffsetWindow::from_parts(next, above))
+    }
+}
+
+/// What each offset call means, as on the embedded store: the same checks and the same limit.
+impl Postgres {
+    pub(crate) async fn mark_processed(
+        &self,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        offset: u64,
+    ) -> Result<()> {
+        self.cfg.check_names(group, topic)?;
+        let limit = Some(self.cfg.max_offset_gaps);
+        self.sql
+            .join_offsets(group, topic, partition, 0, Some(offset), limit)
+            .await
+    }
+
+    pub(crate) async fn commit_watermark(
+        &self,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        watermark: u64,
+    ) -> Result<()> {
+        self.cfg.check_names(group, topic)?;
+        // `next` cannot count past `u64::MAX`: that offset is kept in the set instead,
+        // as on the embedded store.
+        let (next, add) = match watermark.checked_add(1) {
+            Some(next) => (next, None),
+            None => (u64::MAX, Some(u64::MAX)),
+        };
+        self.sql
+            .join_offsets(group, topic, partition, next, add, None)
+            .await
+    }
+
+    pub(crate) async fn offset_window(
+        &self,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+    ) -> Result<OffsetWindow> {
+        self.cfg.check_names(group, topic)?;
+        self.sql.offset_window(group, topic, partition).await
     }
 }

@@ -24,8 +24,9 @@ use tokio::task::JoinHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::settings::{Resolved, Settings};
+use super::settings::Resolved;
 use super::{classify, classify_parts, redact};
+use crate::config::fleet::Settings;
 use crate::error::{Error, InvalidInput, Result};
 
 /// A pooled connection lent to one call: closed when dropped, unless the call finished cleanly

@@ -11,7 +11,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error as PgError, Row};
 
-use super::settings::StatementMode;
+use crate::config::fleet::StatementMode;
 
 /// A statement parameter, with the type it is sent as.
 pub(crate) trait Param: ToSql + Sync {

@@ -9,94 +9,12 @@
 //!   [`InvalidInput::Config`] at open, with the URL's password never shown.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use super::tls::{Tls, TlsMode, TlsRoots};
+use super::tls::Tls;
+use crate::config::fleet::{Settings, StatementMode, TlsMode, TlsRoots};
 use crate::error::{InvalidInput, Result};
 
-/// How a PostgreSQL store sends its statements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum StatementMode {
-    /// Named prepared statements, prepared once per connection and cached (the fastest; needs a
-    /// direct connection, a session-mode pooler, or PgBouncer 1.21+ with
-    /// `max_prepared_statements`).
-    #[default]
-    Prepared,
-    /// No named prepared statements: every statement is sent unnamed with its parameter types
-    /// (one round trip, as a prepared one), so that idemdb runs through a pooler in transaction
-    /// mode (PgBouncer before 1.21, or without `max_prepared_statements`; Supavisor's port 6543;
-    /// RDS Proxy without pinning). URL: `statement_mode=unnamed`.
-    Unnamed,
-}
-
-/// How long a PostgreSQL store's commits wait for standbys (the server's `synchronous_commit`,
-/// set for the store's sessions). See docs/operating.md, "Running on managed PostgreSQL", for
-/// what each guarantees across a failover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SynchronousCommit {
-    /// `on`: the commit is flushed locally and, with synchronous standbys configured
-    /// (`synchronous_standby_names`), on them.
-    On,
-    /// `remote_apply`: as `On`, and applied on the synchronous standbys (visible there to
-    /// readers) before the store answers.
-    RemoteApply,
-    /// `remote_write`: written, not yet flushed, by the synchronous standbys.
-    RemoteWrite,
-    /// `local`: flushed locally only, never waiting for a standby.
-    Local,
-}
-
-impl SynchronousCommit {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            SynchronousCommit::On => "on",
-            SynchronousCommit::RemoteApply => "remote_apply",
-            SynchronousCommit::RemoteWrite => "remote_write",
-            SynchronousCommit::Local => "local",
-        }
-    }
-}
-
-/// Connection settings of a store on PostgreSQL (see [`crate::Config::postgres`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) url: String,
-    pub(crate) pool_size: usize,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) statement_timeout: Duration,
-    pub(crate) migrate: bool,
-    /// How long opening waits for another instance's schema migration.
-    pub(crate) migration_lock_timeout: Duration,
-    /// The local replay tier's byte budget (0: none) and the longest an entry is served.
-    pub(crate) tier_bytes: usize,
-    pub(crate) tier_max_age: Duration,
-    /// Setters' choices, over the URL's.
-    pub(crate) tls_mode: Option<TlsMode>,
-    pub(crate) tls_roots: Option<TlsRoots>,
-    pub(crate) statement_mode: Option<StatementMode>,
-    pub(crate) synchronous_commit: Option<SynchronousCommit>,
-}
-
 impl Settings {
-    pub(crate) fn new(url: String) -> Self {
-        Settings {
-            url,
-            pool_size: 16,
-            connect_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(5),
-            migrate: true,
-            migration_lock_timeout: Duration::from_secs(60),
-            tier_bytes: 0,
-            tier_max_age: Duration::from_secs(60),
-            tls_mode: None,
-            tls_roots: None,
-            statement_mode: None,
-            synchronous_commit: None,
-        }
-    }
-
     /// The URL taken apart: what tokio-postgres parses, and idemdb's own options with the
     /// setters applied.
     pub(crate) fn resolve(&self) -> Result<Resolved> {

@@ -10,7 +10,7 @@
 //!   configuration error ([`crate::Error::ConnectionRejected`], classified in `postgres/mod.rs`),
 //!   never `Unavailable`. Only this module names `rustls`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -24,66 +24,8 @@ use rustls::{
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::config::fleet::{TlsMode, TlsRoots};
 use crate::error::{Error, InvalidInput, Result};
-
-/// How a PostgreSQL store encrypts its connections and what it verifies (libpq's `sslmode`).
-/// Set it in the URL (`?sslmode=verify-full&sslrootcert=/etc/ssl/rds-ca.pem`) or with
-/// [`crate::Config::tls`]; the setter wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TlsMode {
-    /// Plain TCP, never TLS.
-    Disable,
-    /// TLS when the server offers it, plain otherwise; nothing verified (libpq's default).
-    Prefer,
-    /// TLS or no connection; the chain verified only when roots are given.
-    Require,
-    /// TLS, the server's certificate chain verified against the roots.
-    VerifyCa,
-    /// TLS, the chain verified and the certificate naming the host connected to.
-    VerifyFull,
-}
-
-impl TlsMode {
-    /// The mode as libpq spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TlsMode::Disable => "disable",
-            TlsMode::Prefer => "prefer",
-            TlsMode::Require => "require",
-            TlsMode::VerifyCa => "verify-ca",
-            TlsMode::VerifyFull => "verify-full",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Result<TlsMode> {
-        Ok(match s {
-            "disable" => TlsMode::Disable,
-            // libpq's `allow` tries plain first; TLS when offered is the safer reading of it.
-            "allow" | "prefer" => TlsMode::Prefer,
-            "require" => TlsMode::Require,
-            "verify-ca" => TlsMode::VerifyCa,
-            "verify-full" => TlsMode::VerifyFull,
-            other => {
-                return Err(InvalidInput::Config(format!(
-                    "sslmode={other:?} is not one of disable, allow, prefer, require, verify-ca, \
-                     verify-full"
-                ))
-                .into())
-            }
-        })
-    }
-}
-
-/// The certificates a verifying [`TlsMode`] trusts (libpq's `sslrootcert`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TlsRoots {
-    /// The PEM certificates in this file (a CA bundle, as managed services publish them).
-    File(PathBuf),
-    /// The operating system's trusted roots (`sslrootcert=system`).
-    System,
-}
 
 /// The TLS half of a store's settings: the mode, and the roots when given.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,11 @@ use bytes::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
+use super::commit::run_form;
 use super::send::Session;
+use super::Postgres;
 use super::{classify, PgStore};
-use crate::commit::{CommitConflict, Committed};
+use crate::commit::{CommitConflict, Committed, Plan};
 use crate::error::{Error, InvalidInput, Result};
 
 /// A value passed to, or read from, the application's SQL in a [`SqlTransaction`]. Parameters
@@ -267,15 +269,20 @@ impl SqlTransaction {
         rows.iter().map(values).collect()
     }
 
-    /// Applies idemdb's operations of `commit` (built with [`crate::AsyncStore::commit`] on the
-    /// same store) inside this transaction and commits it: the application's statements and
-    /// idemdb's writes are all there afterwards, or none of them. A condition that does not hold
-    /// rolls everything back and is returned as the conflict.
-    pub async fn commit_with(
+    /// Applies a commit's plan inside this transaction and commits it (see
+    /// `SqlTransaction::commit_with`, in the async layer); a plan of another store is refused.
+    pub(crate) async fn commit_plan(
         mut self,
-        commit: crate::async_store::AsyncCommit<'_>,
+        pg: &Postgres,
+        plan: Plan,
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
-        let (ops, ends) = commit.into_pg_ops(&self.pg)?;
+        if !Arc::ptr_eq(&pg.sql, &self.pg) {
+            return Err(crate::InvalidInput::Config(
+                "the commit was built on another store than the transaction's".into(),
+            )
+            .into());
+        }
+        let (ops, ends) = run_form(plan, pg.metrics())?;
         let begin = !self.begun;
         let outcome = {
             let c = self.client()?;

@@ -6,7 +6,9 @@
 
 use super::{lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
 use crate::error::{Error, Result};
+use crate::postgres::Postgres;
 use crate::record::{Lease, LeaseLost};
+use crate::telemetry::spans::{Op, OpKind};
 use crate::unique::{Released, Reservation};
 
 impl PgStore {
@@ -123,5 +125,85 @@ impl PgStore {
             .query(sql::RESERVATION_OWNER, &[&index, &value, &now])
             .await?;
         Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// What each reservation call means, as on the embedded store: the same checks, outcomes, spans
+/// and counters.
+impl Postgres {
+    /// The value's composite encoding, checked as the embedded store checks it.
+    fn unique_value(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
+        let encoded = crate::format::composite(value);
+        self.cfg.check_names(index, &encoded)?;
+        Ok(encoded)
+    }
+
+    pub(crate) async fn reserve(
+        &self,
+        index: &[u8],
+        value: &[&[u8]],
+        owner: &[u8],
+    ) -> Result<Reservation> {
+        let encoded = crate::format::composite(value);
+        let op = Op::start(OpKind::Reserve, &self.cfg, index, &encoded);
+        let r = async {
+            let encoded = self.unique_value(index, value)?;
+            self.cfg.check_names(index, owner)?;
+            match self.sql.reserve(index, &encoded, owner, None).await? {
+                Ok(r) => Ok(r),
+                Err(lost) => Err(crate::error::Error::Engine(format!(
+                    "PostgreSQL: a plain reservation answered {lost:?}"
+                ))),
+            }
+        };
+        op.end_with(r.await, Reservation::outcome)
+    }
+
+    pub(crate) async fn reserve_for(
+        &self,
+        lease: &Lease,
+        index: &[u8],
+        value: &[&[u8]],
+    ) -> Result<std::result::Result<Reservation, crate::record::LeaseLost>> {
+        let op = Op::start(
+            OpKind::Reserve,
+            &self.cfg,
+            index,
+            &crate::format::composite(value),
+        );
+        op.fence(lease.fence);
+        let r = match self.unique_value(index, value) {
+            Ok(encoded) => self.sql.reserve(index, &encoded, &[], Some(lease)).await,
+            Err(e) => Err(e),
+        };
+        op.end_with(r, |r| r.as_ref().map_or("lease_lost", Reservation::outcome))
+    }
+
+    pub(crate) async fn forget_reservation(&self, index: &[u8], value: &[&[u8]]) -> Result<bool> {
+        let encoded = self.unique_value(index, value)?;
+        let found = self.sql.forget_reservation(index, &encoded).await?;
+        if found {
+            crate::telemetry::counters::Metrics::bump(&self.metrics.forgotten);
+        }
+        Ok(found)
+    }
+
+    pub(crate) async fn release_reservation(
+        &self,
+        index: &[u8],
+        value: &[&[u8]],
+        owner: &[u8],
+    ) -> Result<Released> {
+        let encoded = self.unique_value(index, value)?;
+        self.sql.release_reservation(index, &encoded, owner).await
+    }
+
+    pub(crate) async fn reservation_owner(
+        &self,
+        index: &[u8],
+        value: &[&[u8]],
+    ) -> Result<Option<Vec<u8>>> {
+        let encoded = self.unique_value(index, value)?;
+        self.sql.reservation_owner(index, &encoded).await
     }
 }

@@ -11,6 +11,7 @@ mod http_common;
 mod spans;
 
 mod cli_help_matches_docs_for_every_command;
+mod floor_plan_imports_only_downward;
 #[cfg(feature = "http")]
 mod http_span_names_outcome_and_status_never_bytes;
 mod inspect_lists_a_damaged_value_and_goes_on;

@@ -8,14 +8,14 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::codec;
-use crate::core::Core;
-use crate::engine::{Cf, EngineProperty};
+use crate::embedded::codec;
+use crate::embedded::core::Core;
+use crate::embedded::engine::{Cf, EngineProperty};
+use crate::embedded::Store;
 use crate::error::{Error, Result};
 use crate::format;
-use crate::metrics::Stats;
-use crate::observe::{Op, OpKind};
-use crate::store::Store;
+use crate::telemetry::counters::Stats;
+use crate::telemetry::spans::{Op, OpKind};
 
 impl Store {
     /// Deletes up to `limit` expired records, oldest expiry first, with their index entries, and
@@ -107,7 +107,7 @@ impl Store {
     /// store's gauges (docs/operating.md).
     pub fn stats(&self) -> Result<Stats> {
         let s = self.stats_in()?;
-        crate::observe::publish_gauges(&s);
+        crate::telemetry::spans::publish_gauges(&s);
         Ok(s)
     }
 

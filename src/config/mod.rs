@@ -1,13 +1,15 @@
 //! Configuration. Invariant: every limit and default lives here, is validated once in
 //! [`Config::validate`] before anything touches the disk, and is documented on its setter.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod fleet;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{InvalidInput, Result};
-use crate::store::Store;
 
 /// When an acknowledged write is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +45,14 @@ pub struct Config {
     pub(crate) duplicate_wait: Duration,
     pub(crate) sweep_interval: Option<Duration>,
     pub(crate) read_only: bool,
-    pub(crate) trace_tenants: crate::observe::TraceTenants,
+    pub(crate) trace_tenants: TraceTenants,
     pub(crate) trace_keys: bool,
     /// Tests and fuzzing only: the in-memory environment holding the database (see
     /// [`Config::in_memory`]); `None` (on disk) for every normal store.
-    pub(crate) in_memory: Option<crate::engine::MemEnv>,
+    pub(crate) in_memory: Option<InMemoryEnv>,
     /// Set by [`Config::postgres`]: the store lives in that database, not in `path`.
     #[cfg(feature = "postgres")]
-    pub(crate) postgres: Option<crate::postgres::Settings>,
+    pub(crate) postgres: Option<fleet::Settings>,
     /// Tests only: a PostgreSQL store reads this configuration's clock instead of the
     /// database's (the conformance suite's manual clock).
     #[cfg(feature = "postgres")]
@@ -93,7 +95,7 @@ impl Config {
             duplicate_wait: Duration::ZERO,
             sweep_interval: Some(Duration::from_secs(60)),
             read_only: false,
-            trace_tenants: crate::observe::TraceTenants::Hashed,
+            trace_tenants: TraceTenants::Hashed,
             trace_keys: false,
             in_memory: None,
             #[cfg(feature = "postgres")]
@@ -122,7 +124,7 @@ impl Config {
     #[cfg(feature = "postgres")]
     pub fn postgres(url: impl Into<String>) -> Self {
         let mut cfg = Self::new("");
-        cfg.postgres = Some(crate::postgres::Settings::new(url.into()));
+        cfg.postgres = Some(fleet::Settings::new(url.into()));
         cfg
     }
 
@@ -281,14 +283,6 @@ impl Config {
         self
     }
 
-    /// Opens the store behind the async API ([`crate::AsyncStore`]): on disk (the same store as
-    /// [`Config::open`], whose synced writes then run on tokio's blocking pool) or, for
-    /// [`Config::postgres`], in the database. Needs a tokio runtime.
-    #[cfg(feature = "async")]
-    pub async fn open_async(self) -> Result<crate::AsyncStore> {
-        crate::AsyncStore::open(self).await
-    }
-
     /// Durability of acknowledged writes. Default: [`Durability::Synced`], because a payment that
     /// was acknowledged as done and then charged again after a power cut is the failure this
     /// library exists to prevent; choose [`Durability::Buffered`] where a process crash is the only
@@ -359,7 +353,7 @@ impl Config {
     }
 
     /// Most processed offsets an offset window keeps above its watermark (out of order), per
-    /// partition (1..=1,000,000). A [`Store::mark_processed`] past it is refused with
+    /// partition (1..=1,000,000). A [`Store::mark_processed`](crate::Store::mark_processed) past it is refused with
     /// [`crate::InvalidInput::LimitReached`]: commit a watermark or process the missing offsets
     /// first. Each mark reads the window, so a large window costs every mark. Default: 10,000.
     #[must_use]
@@ -410,7 +404,7 @@ impl Config {
     /// principal), so by default only a hash of each appears. Default:
     /// [`TraceTenants::Hashed`](crate::TraceTenants::Hashed).
     #[must_use]
-    pub fn trace_tenants(mut self, how: crate::observe::TraceTenants) -> Self {
+    pub fn trace_tenants(mut self, how: TraceTenants) -> Self {
         self.trace_tenants = how;
         self
     }
@@ -440,7 +434,7 @@ impl Config {
         self
     }
 
-    /// How long [`Store::execute`] waits for a duplicate running in this process to finish before
+    /// How long [`Store::execute`](crate::Store::execute) waits for a duplicate running in this process to finish before
     /// answering "in progress". Default: zero (answer at once).
     #[must_use]
     pub fn duplicate_wait(mut self, d: Duration) -> Self {
@@ -449,7 +443,7 @@ impl Config {
     }
 
     /// How often a background thread sweeps expired records, or `None` for never (call
-    /// [`Store::sweep`] yourself). Default: every 60 s. On PostgreSQL it is a task on the tokio
+    /// [`Store::sweep`](crate::Store::sweep) yourself). Default: every 60 s. On PostgreSQL it is a task on the tokio
     /// runtime that opened the store, deleting batches of 1,000 expired rows until fewer are
     /// left, until the last handle of the store is dropped.
     #[must_use]
@@ -467,13 +461,8 @@ impl Config {
     #[doc(hidden)]
     #[must_use]
     pub fn in_memory(mut self, env: &crate::__internal::InMemory) -> Self {
-        self.in_memory = Some(env.0.clone());
+        self.in_memory = Some(InMemoryEnv(std::sync::Arc::new(env.0.clone())));
         self
-    }
-
-    /// Opens (or creates) the store.
-    pub fn open(self) -> Result<Store> {
-        Store::open(self)
     }
 
     /// Refuses an empty or too long tenant or key.
@@ -585,4 +574,24 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The in-memory environment of [`Config::in_memory`], opaque to the shared floor: the embedded
+/// backend keeps its engine's environment inside and takes it back out when the store opens.
+#[derive(Clone)]
+pub(crate) struct InMemoryEnv(pub(crate) Arc<dyn std::any::Any + Send + Sync>);
+
+/// How tenants appear in the spans of store operations (see [`Config::trace_tenants`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TraceTenants {
+    /// A hash of the tenant (16 hex digits of its SHA-256): spans of one tenant can be grouped
+    /// without naming it. A hash of a guessable tenant can be reversed by trying candidates; use
+    /// [`TraceTenants::Omitted`] where that matters.
+    #[default]
+    Hashed,
+    /// The tenant itself (lossy UTF-8).
+    Plain,
+    /// No tenant field at all.
+    Omitted,
 }

@@ -1,26 +1,11 @@
 //! Observability (docs/operating.md): the `tracing` span of each store operation and the
-//! `metrics` facade's histograms and gauges (the outcome counters are in `metrics.rs`).
+//! `metrics` facade's histograms and gauges (the outcome counters are in `counters.rs`).
 //! Invariants: a span never carries key or response bytes unless [`Config::trace_keys`] asks for
 //! keys (response bytes never); a tenant appears as [`Config::trace_tenants`] says; hashes are
 //! computed only for a span a subscriber enabled; with the features `tracing` and `metrics` off,
 //! every item here compiles to nothing.
 
-use crate::config::Config;
-
-/// How tenants appear in the spans of store operations (see [`Config::trace_tenants`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum TraceTenants {
-    /// A hash of the tenant (16 hex digits of its SHA-256): spans of one tenant can be grouped
-    /// without naming it. A hash of a guessable tenant can be reversed by trying candidates; use
-    /// [`TraceTenants::Omitted`] where that matters.
-    #[default]
-    Hashed,
-    /// The tenant itself (lossy UTF-8).
-    Plain,
-    /// No tenant field at all.
-    Omitted,
-}
+use crate::config::{Config, TraceTenants};
 
 /// The hash of `(tenant, key)` that spans carry as `key_hash` (16 hex digits of the SHA-256 of
 /// the tenant's length, the tenant and the key), so an operator holding a key can find its spans
@@ -282,7 +267,10 @@ impl Op {
             }
             #[cfg(feature = "metrics")]
             metrics::with_recorder(|r| {
-                r.register_histogram(self.kind.duration_key(), &crate::metrics::METADATA)
+                r.register_histogram(
+                    self.kind.duration_key(),
+                    &crate::telemetry::counters::METADATA,
+                )
             })
             .record(took.as_secs_f64());
             #[cfg(not(feature = "tracing"))]
@@ -330,7 +318,7 @@ pub(crate) fn lease_outcome<T>(
 /// Publishes the store's gauges (feature `metrics`): set on every [`crate::Store::stats`] call and
 /// after every pass of the background sweeper, so a store that runs its sweeper (the default, every
 /// 60 s) keeps them current without anyone asking.
-pub(crate) fn publish_gauges(s: &crate::metrics::Stats) {
+pub(crate) fn publish_gauges(s: &crate::telemetry::counters::Stats) {
     #[cfg(feature = "metrics")]
     {
         // Gauges are f64: u64 values past 2^53 lose their low bits, far beyond any store here.

@@ -4,14 +4,14 @@
 //! listing, and is never repaired or removed here; a scan returns at most its limit of items,
 //! in key order.
 
-use crate::engine::Cf;
+use crate::causal::{Siblings, VersionVector};
+use crate::embedded::engine::Cf;
+use crate::embedded::Store;
 use crate::error::Result;
 use crate::format::{self, Kind, Namespace};
 use crate::offsets::OffsetWindow;
 use crate::record::{RecordInfo, State};
-use crate::store::Store;
 use crate::unique::StoredReservation;
-use crate::vv::{Siblings, VersionVector};
 
 /// The kinds of stored data [`Store::scan`] lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -223,7 +223,7 @@ impl Store {
             if ns != wanted {
                 return Ok(None);
             }
-            return Ok(Some(match crate::codec::decode_record(v) {
+            return Ok(Some(match crate::embedded::codec::decode_record(v) {
                 Ok(rec) => Item {
                     kind,
                     scope: scope.to_vec(),
@@ -241,12 +241,14 @@ impl Store {
             return Ok(None);
         };
         let detail = match kind {
-            DataKind::Entities => crate::versions::decode_entity(v).map(|e| Detail::Entity {
+            DataKind::Entities => crate::entities::decode_entity(v).map(|e| Detail::Entity {
                 version: e.version,
                 value: e.value,
             }),
-            DataKind::Causal => crate::vv::decode_causal(Some(v)).map(Detail::Causal),
-            DataKind::ReplicaVectors => crate::vv::decode_vv(Some(v)).map(Detail::ReplicaVector),
+            DataKind::Causal => crate::causal::decode_causal(Some(v)).map(Detail::Causal),
+            DataKind::ReplicaVectors => {
+                crate::causal::decode_vv(Some(v)).map(Detail::ReplicaVector)
+            }
             DataKind::Reservations => self.reservation_detail(id, v, now),
             DataKind::Offsets => offsets_detail(id, v),
             DataKind::Records | DataKind::Messages => return Ok(None),

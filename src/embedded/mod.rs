@@ -1,13 +1,29 @@
-//! The store: the public facade. Invariant: a `Store` is a cheap handle to one shared [`Core`];
-//! every public operation is a method on it, implemented in the module of its concept
-//! (`requests`, `maintenance`, `versions`, `vv`, `offsets`, `unique`, `consumer`, `commit`), each
-//! of which keeps the core's contract (see `core.rs`).
+//! The embedded backend: a whole store on RocksDB in local files. Invariant: a `Store` is a cheap
+//! handle to one shared [`Core`]; every public operation is a method on it, implemented in the file
+//! of its concept (`requests`, `entities`, `causal`, `offsets`, `unique`, `consumer`, `commit`,
+//! `maintenance`, `inspect`, the same names as in `src/postgres/`), each of which keeps the core's
+//! contract (see `core.rs`). Only `engine/` names RocksDB.
+
+pub(crate) mod causal;
+pub(crate) mod codec;
+pub(crate) mod commit;
+mod consumer;
+pub(crate) mod core;
+pub(crate) mod engine;
+mod entities;
+pub(crate) mod inspect;
+mod maintenance;
+mod offsets;
+mod requests;
+pub(crate) mod schema;
+pub(crate) mod stripes;
+pub(crate) mod unique;
 
 use std::sync::Arc;
 
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::core::Core;
+use crate::embedded::core::Core;
 use crate::error::Result;
 
 /// An open idempotency store. Cheap to clone; all clones share one database. Safe to use from
@@ -54,6 +70,13 @@ impl Store {
     /// before, in this process or before a restart (see [`crate::Clock`]).
     pub fn now(&self) -> Millis {
         self.core.now()
+    }
+}
+
+impl Config {
+    /// Opens (or creates) the store.
+    pub fn open(self) -> Result<Store> {
+        Store::open(self)
     }
 }
 

@@ -5,10 +5,8 @@
 
 use std::time::Duration;
 
-use crate::engine::Cf;
-use crate::error::{corrupted, Error, Result};
-use crate::format::{self, entity_key, Kind};
-use crate::store::Store;
+use crate::error::{corrupted, Result};
+use crate::format::{self};
 
 /// An entity version: 1 for the first write, one more for every write after it.
 pub type Version = u64;
@@ -161,160 +159,6 @@ pub(crate) fn next_version(cur: Option<&StoredEntity>) -> Version {
     cur.map_or(0, |s| s.version).saturating_add(1)
 }
 
-impl Store {
-    /// The current value and version of an entity, or `None` if absent or deleted.
-    pub fn get_entity(
-        &self,
-        tenant: impl AsRef<[u8]>,
-        id: impl AsRef<[u8]>,
-    ) -> Result<Option<Versioned>> {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        self.core.check_names(tenant, id)?;
-        Ok(self
-            .load_entity(&entity_key(Kind::Entity, tenant, id))?
-            .and_then(|s| s.live()))
-    }
-
-    /// Writes `value` if `expect` holds; returns the new version, or the conflict with what is
-    /// there now. `Expect::Absent` creates, `Expect::Version` replaces, `Expect::Any` puts
-    /// unconditionally.
-    pub fn put_entity(
-        &self,
-        tenant: impl AsRef<[u8]>,
-        id: impl AsRef<[u8]>,
-        expect: Expect,
-        value: impl Into<Vec<u8>>,
-    ) -> Result<std::result::Result<Version, Conflict>> {
-        let value = value.into();
-        let r = self.write_entity(tenant.as_ref(), id.as_ref(), expect, Some(&value))?;
-        // A put always writes a version when its condition holds.
-        Ok(r.map(|v| v.unwrap_or_default()))
-    }
-
-    /// Deletes the entity if `expect` holds, leaving a tombstone that keeps its version so that a
-    /// re-created entity continues from it. Returns the tombstone's version (`None` if there was
-    /// nothing to delete).
-    pub fn delete_entity(
-        &self,
-        tenant: impl AsRef<[u8]>,
-        id: impl AsRef<[u8]>,
-        expect: Expect,
-    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.write_entity(tenant.as_ref(), id.as_ref(), expect, None)
-    }
-
-    /// Read, apply `f`, write if unchanged; on a conflict retry with exponential back-off and
-    /// jitter. `f` gets the current value (or `None`) and returns the new one (or `None` to
-    /// delete). Fails with [`Error::Contention`] after `opts.max_attempts` conflicts.
-    pub fn update_entity<F>(
-        &self,
-        tenant: impl AsRef<[u8]>,
-        id: impl AsRef<[u8]>,
-        opts: UpdateOptions,
-        mut f: F,
-    ) -> Result<Option<Versioned>>
-    where
-        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
-    {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        let mut current = self.get_entity(tenant, id)?;
-        let mut backoff = Backoff::new(&opts);
-        for attempt in 1..=opts.max_attempts.max(1) {
-            if opts.escalate_after.is_some_and(|n| attempt > n) {
-                return self.update_locked(tenant, id, f);
-            }
-            let expect = current
-                .as_ref()
-                .map_or(Expect::Absent, |c| Expect::Version(c.version));
-            let new = f(current.as_ref().map(|c| c.value.as_slice()));
-            let outcome = self
-                .write_entity(tenant, id, expect, new.as_deref())?
-                .map(|ver| {
-                    new.zip(ver)
-                        .map(|(value, version)| Versioned { value, version })
-                });
-            match outcome {
-                Ok(v) => return Ok(v),
-                Err(conflict) if attempt < opts.max_attempts => {
-                    // The conflict carries what is there now: retry with it at once. After that,
-                    // back off (full jitter) and read again, since anything read before the
-                    // sleep is stale by the time it ends.
-                    if attempt == 1 {
-                        current = conflict.current;
-                        continue;
-                    }
-                    std::thread::sleep(backoff.next_sleep());
-                    current = self.get_entity(tenant, id)?;
-                }
-                Err(_) => break,
-            }
-        }
-        Err(Error::Contention {
-            attempts: opts.max_attempts.max(1),
-        })
-    }
-
-    /// Read, apply `f`, write, all under the entity's stripe lock.
-    fn update_locked<F>(&self, tenant: &[u8], id: &[u8], mut f: F) -> Result<Option<Versioned>>
-    where
-        F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
-    {
-        let key = entity_key(Kind::Entity, tenant, id);
-        let _g = self.core.lock(&key);
-        let cur = self.load_entity(&key)?;
-        let new = f(cur.as_ref().and_then(|s| s.value.as_deref()));
-        if let Some(v) = &new {
-            self.core.check_size("value", v.len())?;
-        }
-        let live = cur.as_ref().is_some_and(|s| s.value.is_some());
-        if new.is_none() && !live {
-            return Ok(None);
-        }
-        let version = next_version(cur.as_ref());
-        let mut b = self.core.engine().batch();
-        b.put(Cf::Versions, &key, &encode_entity(version, new.as_deref()));
-        self.core.engine().write(b)?;
-        Ok(new.map(|value| Versioned { value, version }))
-    }
-
-    /// Writes `value` (or, for `None`, a tombstone) if `expect` holds, under the entity's stripe.
-    /// Deleting an absent entity writes nothing and returns `Ok(None)`.
-    fn write_entity(
-        &self,
-        tenant: &[u8],
-        id: &[u8],
-        expect: Expect,
-        value: Option<&[u8]>,
-    ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.core.check_names(tenant, id)?;
-        if let Some(v) = value {
-            self.core.check_size("value", v.len())?;
-        }
-        let key = entity_key(Kind::Entity, tenant, id);
-        let _g = self.core.lock(&key);
-        let cur = self.load_entity(&key)?;
-        if !expect.holds(cur.as_ref()) {
-            return Ok(Err(Conflict {
-                current: cur.and_then(|s| s.live()),
-            }));
-        }
-        if value.is_none() && cur.as_ref().is_none_or(|s| s.value.is_none()) {
-            return Ok(Ok(None));
-        }
-        let v = next_version(cur.as_ref());
-        let mut b = self.core.engine().batch();
-        b.put(Cf::Versions, &key, &encode_entity(v, value));
-        self.core.engine().write(b)?;
-        Ok(Ok(Some(v)))
-    }
-
-    pub(crate) fn load_entity(&self, key: &[u8]) -> Result<Option<StoredEntity>> {
-        self.core
-            .engine()
-            .get_with(Cf::Versions, key, |v| v.map(decode_entity).transpose())?
-    }
-}
-
 /// The version as a strong HTTP entity tag: `"v42"`.
 pub fn etag(version: Version) -> String {
     format!("\"v{version}\"")
@@ -348,7 +192,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entity_values_round_trip_and_reject_damage() {
+    pub(crate) fn entity_values_round_trip_and_reject_damage() {
         for v in [None, Some(&b""[..]), Some(&b"abc"[..])] {
             let bytes = encode_entity(7, v);
             let s = decode_entity(&bytes).unwrap();
@@ -364,7 +208,7 @@ mod tests {
     }
 
     #[test]
-    fn etags_round_trip() {
+    pub(crate) fn etags_round_trip() {
         assert_eq!(parse_etag(&etag(42)), Some(42));
         assert_eq!(parse_etag("W/\"v42\""), None);
         assert_eq!(parse_etag("\"v\""), None);

@@ -23,14 +23,16 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::Millis;
-use crate::codec;
 use crate::config::Config;
-use crate::engine::{Cf, Engine, EngineOptions, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME};
+use crate::embedded::codec;
+use crate::embedded::engine::{
+    Cf, Engine, EngineOptions, MemEnv, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME,
+};
+use crate::embedded::stripes::{Locked, Stripe, StripeGuard, Stripes, Volatile};
 use crate::error::{corrupted, Error, Result};
 use crate::format;
-use crate::metrics::Metrics;
 use crate::record::{Lease, LeaseLost, Record, State};
-use crate::stripes::{Locked, Stripe, StripeGuard, Stripes, Volatile};
+use crate::telemetry::counters::Metrics;
 
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
 /// block instead of one per claim. A restart skips what is left of the block.
@@ -86,8 +88,12 @@ impl Core {
                 sync: cfg.durability == crate::config::Durability::Synced,
                 cache_bytes: cfg.cache_bytes,
                 write_buffer_bytes: cfg.write_buffer_bytes,
-                in_memory: cfg.in_memory.clone(),
-                hooks: crate::schema::hooks,
+                in_memory: cfg
+                    .in_memory
+                    .as_ref()
+                    .and_then(|e| e.0.downcast_ref::<MemEnv>())
+                    .cloned(),
+                hooks: crate::embedded::schema::hooks,
                 format: format::FORMAT,
                 read_only: cfg.read_only,
             },
@@ -344,7 +350,7 @@ impl Current {
 /// Adds `new` for `rkey` to a batch: the record and its index entry (replacing the entry at the
 /// old record's index slot if expiry or fence changed).
 pub(crate) fn add_record(
-    batch: &mut crate::engine::Batch<'_>,
+    batch: &mut crate::embedded::engine::Batch<'_>,
     rkey: &[u8],
     old: Option<(Millis, u64)>,
     new: &Record,

@@ -4,8 +4,8 @@
 //! drops or forgets a value it cannot read (a merge keeps it unmerged, a filter keeps it).
 
 use crate::clock::Millis;
-use crate::codec;
-use crate::engine::{Cf, CfHooks};
+use crate::embedded::codec;
+use crate::embedded::engine::{Cf, CfHooks};
 use crate::format::{self, Kind};
 
 /// The hooks of column family `cf`.
@@ -49,7 +49,7 @@ fn index_entry_expired(key: &[u8], _value: &[u8], cutoff: Millis) -> bool {
 /// are joined; any other kind keeps its last operand (or the existing value).
 pub(crate) fn versions_fold(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     match Kind::of_key(key) {
-        Some(Kind::ReplicaVector) => crate::vv::merge_vv_operands(existing, operands),
+        Some(Kind::ReplicaVector) => crate::causal::merge_vv_operands(existing, operands),
         Some(Kind::Offsets) => crate::offsets::merge_offset_operands(existing, operands),
         _ => operands
             .last()

@@ -1,0 +1,430 @@
+//! Request idempotency records on PostgreSQL: claim, complete, fail, renew, checkpoint, and the
+//! operator's get, forget and sweep. Invariants: the arguments are checked by the same code as
+//! the embedded store's (`crate::requests`); a claim is decided by one statement (or the
+//! `idemdb_claim` function) and a holder's call by one `UPDATE ... WHERE fence = $n AND state =
+//! pending`; each call is counted and traced as the embedded store counts and traces it; the
+//! replay tier answers only replays, and forgets what `forget` deletes.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use super::send::Param;
+use super::{
+    checkpoint, from_i32, from_i64, lost_from_row, ns_code, replay, statements, to_i64, HolderCall,
+    HolderChange, PgStore, Postgres, RERUNS,
+};
+use super::{COMPLETED, FAILED, PENDING, RELEASED};
+use crate::clock::{duration_millis, Millis};
+use crate::config::fleet::StatementMode;
+use crate::error::{Error, Result};
+use crate::format::Namespace;
+use crate::record::{
+    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo,
+    RecordState, Response,
+};
+use crate::requests::{check_checkpoint, check_claim, check_response};
+use crate::telemetry::counters::Metrics;
+use crate::telemetry::spans::{lease_outcome, Op, OpKind};
+
+type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
+
+impl Postgres {
+    /// Claims `key` of `tenant` in namespace `ns`, as the embedded store's claim: the replay tier
+    /// first, then one statement the database decides. Counted and traced here, so a claim
+    /// whose caller went away (the async layer runs it to its end) is counted too.
+    pub(crate) async fn claim(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+    ) -> Result<Claim> {
+        let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+        let claim = self.claim_counted(ns, tenant, key, fingerprint, opts).await;
+        if let Ok(Claim::Acquired(l)) = &claim {
+            op.fence(l.fence);
+        }
+        op.end_with(claim, Claim::outcome)
+    }
+
+    async fn claim_counted(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+    ) -> Result<Claim> {
+        let (lease_ms, retention_ms) = check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+        if let Some(tier) = &self.tier {
+            let test_now = self
+                .cfg
+                .postgres_test_clock
+                .then(|| self.cfg.clock.now_millis());
+            if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
+                self.metrics.count_claim(&answer);
+                return Ok(answer);
+            }
+        }
+        let (claim, expires_at, now) = self
+            .sql
+            .claim(ns, tenant, key, fingerprint, lease_ms, retention_ms)
+            .await?;
+        self.metrics.count_claim(&claim);
+        if let Some(tier) = &self.tier {
+            tier.put(ns as u8, tenant, key, fingerprint, &claim, expires_at, now);
+        }
+        Ok(claim)
+    }
+
+    /// A lease holder's call (`checked`: the arguments' check), in its span and counted as the
+    /// embedded store counts it; the lease's new end if it applied.
+    async fn held(
+        &self,
+        lease: &Lease,
+        checked: Result<()>,
+        change: HolderChange,
+    ) -> Result<LeaseResult<Millis>> {
+        use HolderChange as H;
+        let m = &self.metrics;
+        let (kind, ok, count) = match &change {
+            H::Complete(_) => (OpKind::Complete, "completed", &m.completed),
+            H::Release => (OpKind::Fail, "released", &m.failed_retryable),
+            H::FailTerminal(_) => (OpKind::Fail, "failed", &m.failed_terminal),
+            H::Renew(_) => (OpKind::Renew, "renewed", &m.renewed),
+            H::Checkpoint(_) => (OpKind::Checkpoint, "checkpointed", &m.checkpointed),
+        };
+        let op = Op::held(kind, &self.cfg, lease);
+        let r = match checked {
+            Ok(()) => self.sql.holder(lease, change).await,
+            Err(e) => Err(e),
+        };
+        match &r {
+            Ok(Ok(_)) => Metrics::bump(count),
+            Ok(Err(_)) => Metrics::bump(&m.lease_lost),
+            Err(_) => {}
+        }
+        op.end_with(r, lease_outcome(ok))
+    }
+
+    /// Stores `response` as the result of the leased operation.
+    pub(crate) async fn complete(&self, lease: &Lease, response: Response) -> Result<LeaseResult> {
+        let checked = check_response(&self.cfg, "response", &response);
+        let change = HolderChange::Complete(response);
+        Ok(self.held(lease, checked, change).await?.map(drop))
+    }
+
+    /// Ends the leased operation as failed: released for a retry, or a stored failure.
+    pub(crate) async fn fail(&self, lease: &Lease, kind: FailKind) -> Result<LeaseResult> {
+        let (checked, change) = match kind {
+            FailKind::Retryable => (Ok(()), HolderChange::Release),
+            FailKind::Terminal(r) => (
+                check_response(&self.cfg, "failure", &r),
+                HolderChange::FailTerminal(r),
+            ),
+        };
+        Ok(self.held(lease, checked, change).await?.map(drop))
+    }
+
+    /// Extends the lease to `extra` from the database's now; the lease's new end.
+    pub(crate) async fn renew(
+        &self,
+        lease: &Lease,
+        extra: Duration,
+    ) -> Result<LeaseResult<Millis>> {
+        let checked = check_duration("renewal", extra, self.cfg.max_lease);
+        let change = HolderChange::Renew(duration_millis(extra));
+        self.held(lease, checked, change).await
+    }
+
+    /// Stores a recovery point for whoever acquires the key next.
+    pub(crate) async fn checkpoint(&self, lease: &Lease, cp: Checkpoint) -> Result<LeaseResult> {
+        let checked = check_checkpoint(&self.cfg, &cp);
+        let change = HolderChange::Checkpoint(cp);
+        Ok(self.held(lease, checked, change).await?.map(drop))
+    }
+
+    /// An operator's view of a request record, or `None` if absent or expired.
+    pub(crate) async fn get(&self, tenant: &[u8], key: &[u8]) -> Result<Option<RecordInfo>> {
+        self.cfg.check_names(tenant, key)?;
+        self.sql.get(Namespace::Requests, tenant, key).await
+    }
+
+    /// Deletes a record of namespace `ns` whatever its state (and the tier's copy); whether one
+    /// was stored. Counted as `forgotten`, as on the embedded store.
+    pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
+        self.cfg.check_names(tenant, key)?;
+        if let Some(tier) = &self.tier {
+            tier.remove(ns as u8, tenant, key);
+        }
+        let found = self.sql.forget(ns, tenant, key).await?;
+        if found {
+            Metrics::bump(&self.metrics.forgotten);
+        }
+        Ok(found)
+    }
+
+    /// Deletes up to `limit` expired rows, in its span and counted.
+    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
+        sweep_counted(&self.sql, &self.metrics, limit).await
+    }
+}
+
+/// A sweep, in its span and counted.
+async fn sweep_counted(pg: &PgStore, metrics: &Metrics, limit: usize) -> Result<usize> {
+    let op = Op::unkeyed(OpKind::Sweep);
+    let r = pg.sweep(limit).await;
+    if let Ok(n) = &r {
+        metrics.swept.add(*n as u64);
+        op.count(*n as u64);
+    }
+    op.end_with(r, |_| "swept")
+}
+
+/// The sweeper: every `every`, batches of expired rows are deleted until a batch comes back
+/// short; it ends when the last handle of the store is dropped. A failed batch (database
+/// unavailable) waits for the next tick. Instances that sweep at the same moment skip each
+/// other's rows (`SKIP LOCKED`).
+pub(super) async fn sweep_in_background(
+    pg: Weak<PgStore>,
+    metrics: Weak<Metrics>,
+    every: Duration,
+) {
+    const BATCH: usize = 1_000;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate: sweep one interval after opening
+    loop {
+        tick.tick().await;
+        let (Some(pg), Some(metrics)) = (pg.upgrade(), metrics.upgrade()) else {
+            return;
+        };
+        while let Ok(BATCH) = sweep_counted(&pg, &metrics, BATCH).await {}
+    }
+}
+
+/// The statements: each call is one decision of the database.
+impl PgStore {
+    /// Claims a key: one statement decides (acquire, or not); its answer tells what was found,
+    /// with the record's expiry and the database's time when it is a finished record (for the
+    /// replay tier; zeros otherwise).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        lease_ms: u64,
+        retention_ms: u64,
+    ) -> Result<(Claim, Millis, Millis)> {
+        let (lease_ms, retention_ms) = (
+            to_i64("lease", lease_ms)?,
+            to_i64("retention", retention_ms)?,
+        );
+        let ns_c = ns_code(ns);
+        // The common cases (a new key, a finished record, a live lease, another fingerprint) are
+        // decided by the first statement; a row that looks acquirable goes to the function.
+        // Unnamed statements are planned at every call: the function's statements are planned
+        // once per server connection and cached there (measured: docs/benchmarks.md).
+        let mut sql = match self.mode {
+            StatementMode::Prepared => statements::CLAIM_FAST,
+            StatementMode::Unnamed => statements::CLAIM,
+        };
+        for _ in 0..RERUNS {
+            let now = self.now_param();
+            let params: [&dyn Param; 7] = [
+                &ns_c,
+                &tenant,
+                &key,
+                &fingerprint,
+                &lease_ms,
+                &retention_ms,
+                &now,
+            ];
+            // No row, or no decision: the key's row was inserted or changed by another claim
+            // after the statement's snapshot; run the claim again to read it.
+            let Some(row) = self.query(sql, &params).await? else {
+                continue;
+            };
+            let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
+                continue;
+            };
+            let fence = from_i64("fence", row.get("fence"))?;
+            let lease_until = from_i64("lease_until", row.get("lease_until"))?;
+            if acquired {
+                self.note_epoch(fence);
+                return Ok((
+                    Claim::Acquired(Lease {
+                        tenant: tenant.to_vec(),
+                        key: key.to_vec(),
+                        fence,
+                        until: lease_until,
+                        attempt: from_i32("attempts", row.get("attempts"))?,
+                        takeover: row.get("taken_over"),
+                        checkpoint: checkpoint(
+                            row.get("checkpoint_phase"),
+                            row.get("checkpoint_state"),
+                        ),
+                        store_id: self.store_id,
+                        ns,
+                    }),
+                    0,
+                    0,
+                ));
+            }
+            let now = from_i64("database time", row.get("now"))?;
+            let expires_at = from_i64("expires_at", row.get("expires_at"))?;
+            let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
+            let state: Option<i16> = row.get("state");
+            if expires_at <= now {
+                sql = statements::CLAIM; // expired: taken under the row lock
+                continue;
+            }
+            if stored_fp.as_deref() != Some(fingerprint) {
+                return Ok((Claim::Mismatch, 0, 0));
+            }
+            match state {
+                Some(COMPLETED) => return Ok((Claim::Completed(replay(&row)?), expires_at, now)),
+                Some(FAILED) => return Ok((Claim::Failed(replay(&row)?), expires_at, now)),
+                Some(PENDING) if lease_until > now => {
+                    return Ok((
+                        Claim::InProgress {
+                            retry_after: Duration::from_millis(lease_until - now),
+                        },
+                        0,
+                        0,
+                    ))
+                }
+                // Released, or a lease run out: taken under the row lock.
+                Some(PENDING | RELEASED) => sql = statements::CLAIM,
+                other => {
+                    return Err(crate::error::corrupted(
+                        "request row",
+                        format!("unknown state {other:?}"),
+                    ))
+                }
+            }
+        }
+        Err(Error::Contention { attempts: RERUNS })
+    }
+
+    /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending` decides; only when
+    /// it changed nothing, a read of the row says why (a lost lease costs a second round trip).
+    pub(crate) async fn holder(
+        &self,
+        lease: &Lease,
+        change: HolderChange,
+    ) -> Result<std::result::Result<Millis, LeaseLost>> {
+        if lease.store_id != self.store_id {
+            return Err(Error::ForeignLease);
+        }
+        let ns_c = ns_code(lease.ns);
+        let fence = to_i64("fence", lease.fence)?;
+        let call = HolderCall::new(change)?;
+        for _ in 0..RERUNS {
+            let now = self.now_param();
+            if self.mode == StatementMode::Unnamed {
+                // One call of the function: it applies the change, or says why not.
+                let params = call.function_params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
+                let row = self.query(statements::HOLDER_FN, &params).await?;
+                let Some(row) = row else {
+                    return Err(Error::Engine(
+                        "PostgreSQL: idemdb_holder returned no row".into(),
+                    ));
+                };
+                if let Some(until) = row.get::<_, Option<i64>>("done_until") {
+                    return Ok(Ok(from_i64("lease_until", until)?));
+                }
+                match lost_from_row(&row, fence)? {
+                    Some(lost) => return Ok(Err(lost)),
+                    None => continue,
+                }
+            }
+            let params = call.params([&ns_c, &lease.tenant, &lease.key, &fence, &now]);
+            if let Some(row) = self.query(call.sql, &params).await? {
+                return Ok(Ok(from_i64("lease_until", row.get("lease_until"))?));
+            }
+            // It applied to nothing: read why.
+            let Some(row) = self
+                .query(
+                    statements::HOLDER_WHY,
+                    &[&ns_c, &lease.tenant, &lease.key, &now],
+                )
+                .await?
+            else {
+                return Ok(Err(LeaseLost::Gone));
+            };
+            match lost_from_row(&row, fence)? {
+                Some(lost) => return Ok(Err(lost)),
+                // Ours when read, after the update found it otherwise: ask again.
+                None => continue,
+            }
+        }
+        Err(Error::Contention { attempts: RERUNS })
+    }
+
+    /// A record as stored, if live.
+    pub(crate) async fn get(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+    ) -> Result<Option<RecordInfo>> {
+        let ns_c = ns_code(ns);
+        let now = self.now_param();
+        let row = self
+            .query(statements::GET, &[&ns_c, &tenant, &key, &now])
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let state = match row.get::<_, i16>("state") {
+            PENDING => RecordState::Pending {
+                lease_until: from_i64("lease_until", row.get("lease_until"))?,
+            },
+            RELEASED => RecordState::Released,
+            COMPLETED => RecordState::Completed(replay(&row)?),
+            FAILED => RecordState::Failed(replay(&row)?),
+            other => {
+                return Err(crate::error::corrupted(
+                    "request row",
+                    format!("unknown state {other}"),
+                ))
+            }
+        };
+        Ok(Some(RecordInfo {
+            state,
+            fingerprint: row.get("fingerprint"),
+            created_at: from_i64("created_at", row.get("created_at"))?,
+            expires_at: from_i64("expires_at", row.get("expires_at"))?,
+            fence: from_i64("fence", row.get("fence"))?,
+            attempts: from_i32("attempts", row.get("attempts"))?,
+            takeovers: from_i32("takeovers", row.get("takeovers"))?,
+            checkpoint: checkpoint(row.get("checkpoint_phase"), row.get("checkpoint_state")),
+        }))
+    }
+
+    /// Deletes a record whatever its state; whether a row was there.
+    pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
+        let ns_c = ns_code(ns);
+        let n = self
+            .execute(statements::FORGET, &[&ns_c, &tenant, &key])
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
+    /// transaction holds; how many were deleted.
+    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let now = self.now_param();
+        let n = self.execute(statements::SWEEP, &[&limit, &now]).await?
+            + self
+                .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
+                .await?
+            + self
+                .execute(statements::SWEEP_PLACEHOLDERS, &[&limit])
+                .await?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+}
