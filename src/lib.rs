@@ -117,6 +117,12 @@ pub mod __internal {
         crate::format::split_record_key(bytes)
     }
 
+    /// The composite encoding of a unique value's parts: the key a reservation's span hashes
+    /// (with the index as its tenant).
+    pub fn composite(parts: &[&[u8]]) -> Vec<u8> {
+        crate::format::composite(parts)
+    }
+
     /// The record key of request `(tenant, key)`.
     pub fn record_key(tenant: &[u8], key: &[u8]) -> Vec<u8> {
         crate::format::record_key(crate::format::Namespace::Requests, tenant, key).to_vec()

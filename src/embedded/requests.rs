@@ -20,7 +20,6 @@ use crate::record::{
 };
 use crate::requests::{
     check_checkpoint, check_claim, check_names_and_fingerprint, check_response, Execution,
-    MAX_FINGERPRINT_LEN,
 };
 use crate::telemetry::counters::Metrics;
 use crate::telemetry::spans::{lease_outcome, Op, OpKind};
@@ -388,7 +387,8 @@ impl Store {
     /// bound to another fingerprint (mismatch), read without the stripe lock and without writing:
     /// such an answer cannot change until the record expires or is forgotten, so it is the one a
     /// locked claim would give at this instant. `None` when only a claim can decide (absent,
-    /// pending, released, expired, or arguments a claim would reject). Used by the async store (and so the HTTP layer).
+    /// pending, released, expired, or arguments a claim would reject). Used by the async store (and so the
+    /// HTTP layer).
     #[cfg(feature = "async")]
     pub(crate) fn peek_final(
         &self,
@@ -397,7 +397,7 @@ impl Store {
         key: &[u8],
         fingerprint: &[u8],
     ) -> Result<Option<Claim>> {
-        if self.core.check_names(tenant, key).is_err() || fingerprint.len() > MAX_FINGERPRINT_LEN {
+        if check_names_and_fingerprint(self.config(), tenant, key, fingerprint).is_err() {
             return Ok(None);
         }
         let now = self.now();

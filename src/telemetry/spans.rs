@@ -5,7 +5,7 @@
 //! computed only for a span a subscriber enabled; with the features `tracing` and `metrics` off,
 //! every item here compiles to nothing.
 
-use crate::config::{Config, TraceTenants};
+use crate::config::Config;
 
 /// The hash of `(tenant, key)` that spans carry as `key_hash` (16 hex digits of the SHA-256 of
 /// the tenant's length, the tenant and the key), so an operator holding a key can find its spans
@@ -33,11 +33,11 @@ pub(crate) fn short_hash(parts: &[&[u8]]) -> String {
 
 /// The tenant as [`Config::trace_tenants`] shows it (`None`: omitted).
 #[cfg(feature = "tracing")]
-pub(crate) fn tenant_label(how: TraceTenants, tenant: &[u8]) -> Option<String> {
+pub(crate) fn tenant_label(how: crate::config::TraceTenants, tenant: &[u8]) -> Option<String> {
     match how {
-        TraceTenants::Hashed => Some(short_hash(&[tenant])),
-        TraceTenants::Plain => Some(String::from_utf8_lossy(tenant).into_owned()),
-        TraceTenants::Omitted => None,
+        crate::config::TraceTenants::Hashed => Some(short_hash(&[tenant])),
+        crate::config::TraceTenants::Plain => Some(String::from_utf8_lossy(tenant).into_owned()),
+        crate::config::TraceTenants::Omitted => None,
     }
 }
 

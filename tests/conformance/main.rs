@@ -12,6 +12,9 @@
 mod harness;
 #[path = "../common/http.rs"]
 mod http_common;
+#[allow(dead_code)] // assert_absent is the operating tests'
+#[path = "../operating/spans.rs"]
+mod spans;
 
 mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
@@ -39,4 +42,5 @@ mod replays_are_served_from_the_local_tier;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;
 mod skewed_instance_clocks_change_nothing;
+mod spans_name_the_same_decisions_alike;
 mod unique_values_have_one_live_owner;
