@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::error::{corrupted, Result};
+use crate::error::{corrupted, Error, Result};
 use crate::format::{self};
 
 /// An entity version: 1 for the first write, one more for every write after it.
@@ -95,6 +95,90 @@ impl Backoff {
         self.bound = (self.bound * 2).min(self.max);
         Duration::from_nanos(self.rng % nanos)
     }
+}
+
+/// The rule of `update_entity`'s loop, on both backends: which attempt runs next, when it runs
+/// with the entity held (after `escalate_after` conflicts), what a conflict leads to (the first
+/// is retried at once with the value it carries; later ones back off with full jitter, then read
+/// again), and when the loop gives up ([`Error::Contention`] after `max_attempts`). Each backend
+/// drives it with its own reads, writes and sleeps.
+pub(crate) struct Retries {
+    opts: UpdateOptions,
+    backoff: Backoff,
+    attempt: u32,
+}
+
+/// What follows a conflict.
+pub(crate) enum AfterConflict {
+    /// Write again at once, from what the conflict carried.
+    Again(Option<Versioned>),
+    /// Sleep this long, then read again and write.
+    Wait(Duration),
+    /// No attempt is left.
+    GiveUp,
+}
+
+impl Retries {
+    pub(crate) fn new(opts: &UpdateOptions) -> Self {
+        Retries {
+            opts: *opts,
+            backoff: Backoff::new(opts),
+            attempt: 0,
+        }
+    }
+
+    /// Starts the next attempt; `false` when none is left.
+    pub(crate) fn next_attempt(&mut self) -> bool {
+        self.attempt += 1;
+        self.attempt <= self.opts.max_attempts.max(1)
+    }
+
+    /// Whether this attempt runs with the entity held.
+    pub(crate) fn escalated(&self) -> bool {
+        self.opts.escalate_after.is_some_and(|n| self.attempt > n)
+    }
+
+    /// What follows a conflict of this attempt.
+    pub(crate) fn after(&mut self, conflict: Conflict) -> AfterConflict {
+        if self.attempt >= self.opts.max_attempts {
+            AfterConflict::GiveUp
+        } else if self.attempt == 1 {
+            AfterConflict::Again(conflict.current)
+        } else {
+            AfterConflict::Wait(self.backoff.next_sleep())
+        }
+    }
+
+    /// The error of a loop that gave up.
+    pub(crate) fn contention(&self) -> Error {
+        Error::Contention {
+            attempts: self.opts.max_attempts.max(1),
+        }
+    }
+}
+
+/// An attempt's proposal: the condition (the version read, or absent) and `f`'s new value,
+/// checked against the size limit.
+pub(crate) fn propose<F>(
+    cfg: &crate::config::Config,
+    current: Option<&Versioned>,
+    f: &mut F,
+) -> Result<(Expect, Option<Vec<u8>>)>
+where
+    F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+{
+    let expect = current.map_or(Expect::Absent, |c| Expect::Version(c.version));
+    let new = f(current.map(|c| c.value.as_slice()));
+    if let Some(v) = &new {
+        cfg.check_size("value", v.len())?;
+    }
+    Ok((expect, new))
+}
+
+/// What a write of `new` that produced version `ver` left (`None`: absent).
+pub(crate) fn written(new: Option<Vec<u8>>, ver: Option<Version>) -> Option<Versioned> {
+    new.zip(ver)
+        .map(|(value, version)| Versioned { value, version })
 }
 
 /// The stored state of an entity: its version, and its value unless it is a tombstone.

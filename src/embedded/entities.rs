@@ -6,10 +6,10 @@
 use crate::embedded::engine::Cf;
 use crate::embedded::Store;
 use crate::entities::{
-    decode_entity, encode_entity, next_version, Backoff, Conflict, Expect, StoredEntity,
-    UpdateOptions, Version, Versioned,
+    decode_entity, encode_entity, next_version, propose, written, AfterConflict, Conflict, Expect,
+    Retries, StoredEntity, UpdateOptions, Version, Versioned,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::{entity_key, Kind};
 
 impl Store {
@@ -69,40 +69,26 @@ impl Store {
     {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
         let mut current = self.get_entity(tenant, id)?;
-        let mut backoff = Backoff::new(&opts);
-        for attempt in 1..=opts.max_attempts.max(1) {
-            if opts.escalate_after.is_some_and(|n| attempt > n) {
+        let mut retries = Retries::new(&opts);
+        while retries.next_attempt() {
+            if retries.escalated() {
                 return self.update_locked(tenant, id, f);
             }
-            let expect = current
-                .as_ref()
-                .map_or(Expect::Absent, |c| Expect::Version(c.version));
-            let new = f(current.as_ref().map(|c| c.value.as_slice()));
-            let outcome = self
-                .write_entity(tenant, id, expect, new.as_deref())?
-                .map(|ver| {
-                    new.zip(ver)
-                        .map(|(value, version)| Versioned { value, version })
-                });
-            match outcome {
-                Ok(v) => return Ok(v),
-                Err(conflict) if attempt < opts.max_attempts => {
-                    // The conflict carries what is there now: retry with it at once. After that,
-                    // back off (full jitter) and read again, since anything read before the
-                    // sleep is stale by the time it ends.
-                    if attempt == 1 {
-                        current = conflict.current;
-                        continue;
+            let (expect, new) = propose(self.config(), current.as_ref(), &mut f)?;
+            match self.write_entity(tenant, id, expect, new.as_deref())? {
+                Ok(ver) => return Ok(written(new, ver)),
+                Err(conflict) => match retries.after(conflict) {
+                    AfterConflict::Again(now) => current = now,
+                    AfterConflict::Wait(d) => {
+                        // Anything read before the sleep is stale by the time it ends.
+                        std::thread::sleep(d);
+                        current = self.get_entity(tenant, id)?;
                     }
-                    std::thread::sleep(backoff.next_sleep());
-                    current = self.get_entity(tenant, id)?;
-                }
-                Err(_) => break,
+                    AfterConflict::GiveUp => break,
+                },
             }
         }
-        Err(Error::Contention {
-            attempts: opts.max_attempts.max(1),
-        })
+        Err(retries.contention())
     }
 
     /// Read, apply `f`, write, all under the entity's stripe lock.

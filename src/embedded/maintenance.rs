@@ -8,10 +8,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::embedded::codec;
 use crate::embedded::core::Core;
 use crate::embedded::engine::{Cf, EngineProperty};
-use crate::embedded::Store;
+use crate::embedded::{codec, Store};
 use crate::error::{Error, Result};
 use crate::format;
 use crate::telemetry::counters::Stats;

@@ -8,10 +8,9 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use crate::clock::{duration_millis, Millis};
-use crate::embedded::codec;
 use crate::embedded::core::check_holder;
 use crate::embedded::engine::Cf;
-use crate::embedded::Store;
+use crate::embedded::{codec, Store};
 use crate::error::Result;
 use crate::format::{self, Namespace};
 use crate::record::{

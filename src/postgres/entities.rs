@@ -7,8 +7,10 @@ use tokio_postgres::Row;
 
 use super::send::Session;
 use super::{classify, from_i64, statements as sql, PgStore, Postgres};
-use crate::entities::{Backoff, Conflict, Expect, UpdateOptions, Version, Versioned};
-use crate::error::{Error, InvalidInput, Result};
+use crate::entities::{
+    propose, written, AfterConflict, Conflict, Expect, Retries, UpdateOptions, Version, Versioned,
+};
+use crate::error::{InvalidInput, Result};
 
 /// The outcome of a conditional write: the version written (`None`: a delete that found nothing
 /// live), or the conflict with what is there now.
@@ -194,48 +196,33 @@ impl Postgres {
     {
         self.cfg.check_names(tenant, id)?;
         let mut current = self.sql.get_entity(tenant, id).await?;
-        let mut backoff = Backoff::new(&opts);
+        let mut retries = Retries::new(&opts);
         let max = self.cfg.max_response_bytes;
-        for attempt in 1..=opts.max_attempts.max(1) {
-            if opts.escalate_after.is_some_and(|n| attempt > n) {
+        while retries.next_attempt() {
+            if retries.escalated() {
                 match self.sql.update_locked(tenant, id, max, &mut f).await? {
                     Some(done) => return Ok(done),
                     // A first write of the entity won the insert: a conflict like any other.
                     None => continue,
                 }
             }
-            let expect = current
-                .as_ref()
-                .map_or(Expect::Absent, |c| Expect::Version(c.version));
-            let new = f(current.as_ref().map(|c| c.value.as_slice()));
-            if let Some(v) = &new {
-                self.cfg.check_size("value", v.len())?;
-            }
-            let outcome = self
+            let (expect, new) = propose(&self.cfg, current.as_ref(), &mut f)?;
+            match self
                 .sql
                 .put_entity(tenant, id, expect, new.as_deref())
                 .await?
-                .map(|ver| {
-                    new.zip(ver)
-                        .map(|(value, version)| Versioned { value, version })
-                });
-            match outcome {
-                Ok(v) => return Ok(v),
-                Err(conflict) if attempt < opts.max_attempts => {
-                    // As on the embedded store: retry at once with what the conflict carries,
-                    // then back off (full jitter) and read again.
-                    if attempt == 1 {
-                        current = conflict.current;
-                        continue;
+            {
+                Ok(ver) => return Ok(written(new, ver)),
+                Err(conflict) => match retries.after(conflict) {
+                    AfterConflict::Again(now) => current = now,
+                    AfterConflict::Wait(d) => {
+                        tokio::time::sleep(d).await;
+                        current = self.sql.get_entity(tenant, id).await?;
                     }
-                    tokio::time::sleep(backoff.next_sleep()).await;
-                    current = self.sql.get_entity(tenant, id).await?;
-                }
-                Err(_) => break,
+                    AfterConflict::GiveUp => break,
+                },
             }
         }
-        Err(Error::Contention {
-            attempts: opts.max_attempts.max(1),
-        })
+        Err(retries.contention())
     }
 }
