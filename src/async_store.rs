@@ -201,6 +201,10 @@ impl AsyncStore {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
+                let checked = match pg.claim_here(ns, tenant, key, fingerprint, opts) {
+                    crate::postgres::ClaimAsk::Answered(answer) => return answer,
+                    crate::postgres::ClaimAsk::Database(lease, retention) => (lease, retention),
+                };
                 // Run to its end even if this caller goes away, then release what it acquired.
                 let (pg, t, k, f) = (
                     pg.clone(),
@@ -209,7 +213,7 @@ impl AsyncStore {
                     fingerprint.to_vec(),
                 );
                 let (store, on_release) = (self.clone(), on_release.clone());
-                Detached::new(async move { pg.claim(ns, &t, &k, &f, opts).await })
+                Detached::new(async move { pg.claim_in_database(ns, &t, &k, &f, checked).await })
                     .then_if_dropped(move |claim| async move {
                         if let Ok(Claim::Acquired(lease)) = claim {
                             store.release_abandoned(lease, on_release).await;

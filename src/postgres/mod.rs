@@ -26,6 +26,7 @@ mod offsets;
 mod pool;
 pub(crate) mod replay_tier;
 mod requests;
+pub(crate) use requests::ClaimAsk;
 mod send;
 mod settings;
 mod statements;

@@ -28,54 +28,73 @@ use crate::telemetry::spans::{lease_outcome, Op, OpKind};
 
 type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
 
-impl Postgres {
-    /// Claims `key` of `tenant` in namespace `ns`, as the embedded store's claim: the replay tier
-    /// first, then one statement the database decides. Counted and traced here, so a claim
-    /// whose caller went away (the async layer runs it to its end) is counted too.
-    pub(crate) async fn claim(
-        &self,
-        ns: Namespace,
-        tenant: &[u8],
-        key: &[u8],
-        fingerprint: &[u8],
-        opts: ClaimOptions,
-    ) -> Result<Claim> {
-        let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
-        let claim = self.claim_counted(ns, tenant, key, fingerprint, opts).await;
-        if let Ok(Claim::Acquired(l)) = &claim {
-            op.fence(l.fence);
-        }
-        op.end_with(claim, Claim::outcome)
-    }
+/// Where a claim on PostgreSQL is answered.
+pub(crate) enum ClaimAsk {
+    /// Here, at once: refused arguments, or a replay from the local tier (counted and traced).
+    Answered(Result<Claim>),
+    /// By the database, with the checked lease and retention in milliseconds.
+    Database(Millis, Millis),
+}
 
-    async fn claim_counted(
+impl Postgres {
+    /// The part of a claim that needs no round trip: the arguments' check and the replay tier.
+    /// The async layer runs [`Postgres::claim_in_database`] for the rest, to its end even if its
+    /// caller goes away (then it releases what it acquired).
+    pub(crate) fn claim_here(
         &self,
         ns: Namespace,
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
         opts: ClaimOptions,
-    ) -> Result<Claim> {
-        let (lease_ms, retention_ms) = check_claim(&self.cfg, tenant, key, fingerprint, opts)?;
+    ) -> ClaimAsk {
+        let (lease_ms, retention_ms) = match check_claim(&self.cfg, tenant, key, fingerprint, opts)
+        {
+            Ok(checked) => checked,
+            Err(e) => {
+                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+                return ClaimAsk::Answered(op.end_with(Err(e), Claim::outcome));
+            }
+        };
         if let Some(tier) = &self.tier {
             let test_now = self
                 .cfg
                 .postgres_test_clock
                 .then(|| self.cfg.clock.now_millis());
             if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
+                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
                 self.metrics.count_claim(&answer);
-                return Ok(answer);
+                return ClaimAsk::Answered(op.end_with(Ok(answer), Claim::outcome));
             }
         }
-        let (claim, expires_at, now) = self
+        ClaimAsk::Database(lease_ms, retention_ms)
+    }
+
+    /// The claim's statement, in its span; counted, and a finished record put in the tier.
+    pub(crate) async fn claim_in_database(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        (lease_ms, retention_ms): (Millis, Millis),
+    ) -> Result<Claim> {
+        let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+        let claim = self
             .sql
             .claim(ns, tenant, key, fingerprint, lease_ms, retention_ms)
-            .await?;
-        self.metrics.count_claim(&claim);
-        if let Some(tier) = &self.tier {
-            tier.put(ns as u8, tenant, key, fingerprint, &claim, expires_at, now);
+            .await
+            .map(|(claim, expires_at, now)| {
+                self.metrics.count_claim(&claim);
+                if let Some(tier) = &self.tier {
+                    tier.put(ns as u8, tenant, key, fingerprint, &claim, expires_at, now);
+                }
+                claim
+            });
+        if let Ok(Claim::Acquired(l)) = &claim {
+            op.fence(l.fence);
         }
-        Ok(claim)
+        op.end_with(claim, Claim::outcome)
     }
 
     /// A lease holder's call (`checked`: the arguments' check), in its span and counted as the
