@@ -27,9 +27,8 @@ use crate::embedded::Store;
 use crate::error::{Error, Result};
 use crate::format::Namespace;
 #[cfg(feature = "postgres")]
-use crate::record::{
-    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response,
-};
+use crate::record::Checkpoint;
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response};
 use crate::telemetry::spans::{Op, OpKind, Stamp};
 
 /// A store behind the async API, on disk or on PostgreSQL ([`Config::open_async`]). Cheap to
