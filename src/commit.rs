@@ -108,10 +108,11 @@ impl Plan {
         expect: Expect,
         write: EntityWrite,
     ) {
-        let checked = cfg.check_names(tenant, id).and_then(|()| match &write {
-            EntityWrite::Put(v) => cfg.check_size("value", v.len()),
-            EntityWrite::Check | EntityWrite::Delete => Ok(()),
-        });
+        let value = match &write {
+            EntityWrite::Put(v) => Some(v.as_slice()),
+            EntityWrite::Check | EntityWrite::Delete => None,
+        };
+        let checked = crate::entities::check_write(cfg, tenant, id, value);
         self.push(checked, || PlanOp::Entity {
             tenant: tenant.to_vec(),
             id: id.to_vec(),

@@ -157,6 +157,21 @@ impl Retries {
     }
 }
 
+/// The arguments' check of an entity write on either backend: the names, and the value (`None`:
+/// a delete or a condition) against the size limit.
+pub(crate) fn check_write(
+    cfg: &crate::config::Config,
+    tenant: &[u8],
+    id: &[u8],
+    value: Option<&[u8]>,
+) -> Result<()> {
+    cfg.check_names(tenant, id)?;
+    match value {
+        Some(v) => cfg.check_size("value", v.len()),
+        None => Ok(()),
+    }
+}
+
 /// An attempt's proposal: the condition (the version read, or absent) and `f`'s new value,
 /// checked against the size limit.
 pub(crate) fn propose<F>(

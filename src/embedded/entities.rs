@@ -6,8 +6,8 @@
 use crate::embedded::engine::Cf;
 use crate::embedded::Store;
 use crate::entities::{
-    decode_entity, encode_entity, next_version, propose, written, AfterConflict, Conflict, Expect,
-    Retries, StoredEntity, UpdateOptions, Version, Versioned,
+    check_write, decode_entity, encode_entity, next_version, propose, written, AfterConflict,
+    Conflict, Expect, Retries, StoredEntity, UpdateOptions, Version, Versioned,
 };
 use crate::error::Result;
 use crate::format::{entity_key, Kind};
@@ -123,10 +123,7 @@ impl Store {
         expect: Expect,
         value: Option<&[u8]>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.core.check_names(tenant, id)?;
-        if let Some(v) = value {
-            self.core.check_size("value", v.len())?;
-        }
+        check_write(self.config(), tenant, id, value)?;
         let key = entity_key(Kind::Entity, tenant, id);
         let _g = self.core.lock(&key);
         let cur = self.load_entity(&key)?;

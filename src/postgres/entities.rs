@@ -8,7 +8,8 @@ use tokio_postgres::Row;
 use super::send::Session;
 use super::{classify, from_i64, statements as sql, PgStore, Postgres};
 use crate::entities::{
-    propose, written, AfterConflict, Conflict, Expect, Retries, UpdateOptions, Version, Versioned,
+    check_write, propose, written, AfterConflict, Conflict, Expect, Retries, UpdateOptions,
+    Version, Versioned,
 };
 use crate::error::{InvalidInput, Result};
 
@@ -175,10 +176,7 @@ impl Postgres {
         expect: Expect,
         value: Option<&[u8]>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        self.cfg.check_names(tenant, id)?;
-        if let Some(v) = value {
-            self.cfg.check_size("value", v.len())?;
-        }
+        check_write(&self.cfg, tenant, id, value)?;
         self.sql.put_entity(tenant, id, expect, value).await
     }
 
