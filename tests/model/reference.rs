@@ -269,7 +269,7 @@ impl Model {
                 r.fence = fence;
                 r.attempts += 1;
                 r.takeovers += u32::from(takeover);
-                // MUTATION r.expires_at = r.expires_at.max(lease_until);
+                r.expires_at = r.expires_at.max(lease_until);
                 r.state = MState::Pending { lease_until };
                 Outcome::Acquired {
                     fence,
