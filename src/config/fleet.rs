@@ -71,6 +71,16 @@ pub(crate) struct Settings {
     pub(crate) tls_roots: Option<TlsRoots>,
     pub(crate) statement_mode: Option<StatementMode>,
     pub(crate) synchronous_commit: Option<SynchronousCommit>,
+    /// Concurrent claims and lease ends coalesced into one statement, and the caps on one.
+    pub(crate) coalescing: bool,
+    pub(crate) coalesce_limits: CoalesceLimits,
+}
+
+/// The caps on one coalesced statement: calls, and bytes of their values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CoalesceLimits {
+    pub(crate) rows: usize,
+    pub(crate) bytes: usize,
 }
 
 impl Settings {
@@ -88,6 +98,11 @@ impl Settings {
             tls_roots: None,
             statement_mode: None,
             synchronous_commit: None,
+            coalescing: true,
+            coalesce_limits: CoalesceLimits {
+                rows: 128,
+                bytes: 1 << 20,
+            },
         }
     }
 }

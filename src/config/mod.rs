@@ -190,6 +190,34 @@ impl Config {
         self
     }
 
+    /// PostgreSQL only: whether calls that wait for the database together go as one statement.
+    /// Claims (of new keys, and replays) and lease ends (completions, terminal failures,
+    /// releases) that arrive while a statement of their kind is in flight are sent together
+    /// when it ends, as one statement over arrays: one transaction and one WAL flush for all of
+    /// them, each call with its own row's answer (docs/design.md, "Coalesced statements"). A
+    /// call that finds nothing in flight goes at once, alone: coalescing never adds a wait.
+    /// Default: on.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn coalescing(mut self, on: bool) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.coalescing = on;
+        }
+        self
+    }
+
+    /// PostgreSQL only: the most calls one coalesced statement carries, and about the most
+    /// bytes of their values (keys, fingerprints, responses; a call larger than `bytes` goes
+    /// alone). Default: 128 calls, 1 MiB.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn coalesce_limits(mut self, calls: usize, bytes: usize) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.coalesce_limits = crate::config::fleet::CoalesceLimits { rows: calls, bytes };
+        }
+        self
+    }
+
     /// PostgreSQL only: named prepared statements ([`crate::StatementMode::Prepared`]), or none
     /// ([`crate::StatementMode::Unnamed`]: for PgBouncer in transaction mode before 1.21 or
     /// without `max_prepared_statements`, Supavisor in transaction mode, RDS Proxy without
@@ -516,6 +544,14 @@ impl Config {
         if let Some(p) = &self.postgres {
             if !(1..=1024).contains(&p.pool_size) {
                 return bad(format!("pool_size {} is not in 1..=1024", p.pool_size));
+            }
+            let l = p.coalesce_limits;
+            if !(1..=10_000).contains(&l.rows) || !(1..=64 << 20).contains(&l.bytes) {
+                return bad(format!(
+                    "coalesce_limits ({} calls, {} bytes) must be 1..=10000 calls and \
+                     1..=64 MiB",
+                    l.rows, l.bytes
+                ));
             }
             if p.connect_timeout.is_zero()
                 || p.statement_timeout.is_zero()

@@ -19,6 +19,7 @@
 //!   `tokio_postgres` and `deadpool_postgres`.
 
 mod causal;
+mod coalesce;
 mod commit;
 mod entities;
 pub(crate) mod migrations;
@@ -160,6 +161,11 @@ pub(crate) struct PgStore {
     /// Tests only: a clock whose reading replaces the database's (the conformance suite's
     /// manual clock). `None` in every real store.
     clock: Option<Arc<dyn Clock>>,
+    /// Whether concurrent claims and lease ends are coalesced into one statement
+    /// (`coalesce.rs`), and their queues.
+    coalescing: bool,
+    claims: coalesce::Coalescer<requests::Claims>,
+    holders: coalesce::Coalescer<requests::Holders>,
 }
 
 fn ns_code(ns: Namespace) -> i16 {
@@ -537,6 +543,9 @@ impl PgStore {
             epoch_seen: std::sync::atomic::AtomicU64::new(0),
             failovers_seen: std::sync::atomic::AtomicU64::new(0),
             clock,
+            coalescing: s.coalescing,
+            claims: coalesce::Coalescer::new(s.coalesce_limits),
+            holders: coalesce::Coalescer::new(s.coalesce_limits),
         })
     }
 
@@ -620,6 +629,17 @@ impl PgStore {
             let row = c.one(self.mode, sql, params).await.map_err(classify)?;
             c.keep();
             Ok(row)
+        })
+        .await
+    }
+
+    /// As [`PgStore::query`], for a statement that answers many rows.
+    async fn query_rows(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
+        let c = self.conn().await?;
+        self.timed(async move {
+            let rows = c.rows(self.mode, sql, params).await.map_err(classify)?;
+            c.keep();
+            Ok(rows)
         })
         .await
     }

@@ -5,9 +5,12 @@
 //! pending`; each call is counted and traced as the embedded store counts and traces it; the
 //! replay tier answers only replays, and forgets what `forget` deletes.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tokio_postgres::Row;
+
+use super::coalesce::{self, Coalescer, Kind, Turn};
 use super::send::Param;
 use super::{
     checkpoint, from_i32, from_i64, lost_from_row, ns_code, replay, statements, to_i64, HolderCall,
@@ -230,7 +233,7 @@ impl PgStore {
     /// replay tier; zeros otherwise).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn claim(
-        &self,
+        self: &Arc<Self>,
         ns: Namespace,
         tenant: &[u8],
         key: &[u8],
@@ -251,7 +254,7 @@ impl PgStore {
             StatementMode::Prepared => statements::CLAIM_FAST,
             StatementMode::Unnamed => statements::CLAIM,
         };
-        for _ in 0..RERUNS {
+        let run = |sql: &'static str| async move {
             let now = self.now_param();
             let params: [&dyn Param; 7] = [
                 &ns_c,
@@ -262,9 +265,37 @@ impl PgStore {
                 &retention_ms,
                 &now,
             ];
+            self.query(sql, &params).await
+        };
+        // Coalescing: the first statement goes at once if no claim is in flight, else in the
+        // next batch ([`statements::CLAIM_BATCH`], whose row answers as this one's would).
+        let mut first = None;
+        if self.coalescing {
+            let call = || ClaimCall {
+                ns: ns_c,
+                tenant: tenant.to_vec(),
+                key: key.to_vec(),
+                fingerprint: fingerprint.to_vec(),
+                lease_ms,
+                retention_ms,
+            };
+            first = Some(match Coalescer::<Claims>::enter(self, call) {
+                Turn::Alone(lead) => {
+                    let row = run(sql).await;
+                    drop(lead);
+                    row?
+                }
+                Turn::Queued(answer) => coalesce::answer(answer).await?,
+            });
+        }
+        for _ in 0..RERUNS {
+            let row = match first.take() {
+                Some(row) => row,
+                None => run(sql).await?,
+            };
             // No row, or no decision: the key's row was inserted or changed by another claim
             // after the statement's snapshot; run the claim again to read it.
-            let Some(row) = self.query(sql, &params).await? else {
+            let Some(row) = row else {
                 continue;
             };
             let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
@@ -332,7 +363,7 @@ impl PgStore {
     /// A holder's call: one `UPDATE ... WHERE fence = $n AND state = pending` decides; only when
     /// it changed nothing, a read of the row says why (a lost lease costs a second round trip).
     pub(crate) async fn holder(
-        &self,
+        self: &Arc<Self>,
         lease: &Lease,
         change: HolderChange,
     ) -> Result<std::result::Result<Millis, LeaseLost>> {
@@ -341,6 +372,20 @@ impl PgStore {
         }
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
+        // Coalescing a lease's end: alone at once if none is in flight (the one-call path
+        // below, holding the turn until it ends), else in the next batch; a call the batch did
+        // not apply takes the one-call path too, which says why.
+        let _lead;
+        if let (true, Some(call)) = (self.coalescing, HolderRow::of(lease, fence, &change)) {
+            match Coalescer::<Holders>::enter(self, call) {
+                Turn::Alone(lead) => _lead = lead,
+                Turn::Queued(answer) => {
+                    if let Some(until) = coalesce::answer(answer).await? {
+                        return Ok(Ok(from_i64("lease_until", until)?));
+                    }
+                }
+            }
+        }
         let call = HolderCall::new(change)?;
         for _ in 0..RERUNS {
             let now = self.now_param();
@@ -446,4 +491,181 @@ impl PgStore {
                 .await?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
+}
+
+/// A claim's first statement, queued for a coalesced one.
+pub(crate) struct ClaimCall {
+    ns: i16,
+    tenant: Vec<u8>,
+    key: Vec<u8>,
+    fingerprint: Vec<u8>,
+    lease_ms: i64,
+    retention_ms: i64,
+}
+
+/// Claims coalesced: [`statements::CLAIM_BATCH`]; each call's row as [`statements::CLAIM_FAST`]
+/// would answer it (`None`: no row, ask again).
+pub(crate) struct Claims;
+
+impl Kind for Claims {
+    type Call = ClaimCall;
+    type Answer = Option<Row>;
+
+    fn key(c: &ClaimCall) -> (i16, &[u8], &[u8]) {
+        (c.ns, &c.tenant, &c.key)
+    }
+
+    fn bytes(c: &ClaimCall) -> usize {
+        c.tenant.len() + c.key.len() + c.fingerprint.len() + 32
+    }
+
+    fn queue(store: &PgStore) -> &Coalescer<Self> {
+        &store.claims
+    }
+
+    async fn run(store: &PgStore, calls: &[ClaimCall]) -> Result<Vec<Option<Row>>> {
+        let sorted = by_key::<Self>(calls);
+        let ns: Vec<i16> = sorted.iter().map(|(_, c)| c.ns).collect();
+        let tenants: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.tenant.clone()).collect();
+        let keys: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.key.clone()).collect();
+        let fps: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.fingerprint.clone()).collect();
+        let leases: Vec<i64> = sorted.iter().map(|(_, c)| c.lease_ms).collect();
+        let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
+        let now = store.now_param();
+        let rows = store
+            .query_rows(
+                statements::CLAIM_BATCH,
+                &[&ns, &tenants, &keys, &fps, &leases, &retentions, &now],
+            )
+            .await?;
+        let mut out: Vec<Option<Row>> = calls.iter().map(|_| None).collect();
+        for row in rows {
+            let at = slot(&sorted, row.get("ord"))?;
+            if let Some(o) = out.get_mut(at) {
+                *o = Some(row);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A lease's end, queued for a coalesced statement.
+pub(crate) struct HolderRow {
+    ns: i16,
+    tenant: Vec<u8>,
+    key: Vec<u8>,
+    fence: i64,
+    /// The new state: 1 released, 2 completed, 3 failed.
+    state: i16,
+    body: Option<Vec<u8>>,
+    meta: Vec<String>,
+}
+
+impl HolderRow {
+    /// The row of a change that ends the lease (a renewal or a checkpoint goes alone).
+    fn of<'a>(
+        lease: &'a Lease,
+        fence: i64,
+        change: &'a HolderChange,
+    ) -> Option<impl FnOnce() -> HolderRow + 'a> {
+        let state: i16 = match change {
+            HolderChange::Release => 1,
+            HolderChange::Complete(_) => 2,
+            HolderChange::FailTerminal(_) => 3,
+            HolderChange::Renew(_) | HolderChange::Checkpoint(_) => return None,
+        };
+        Some(move || {
+            let (body, meta) = match change {
+                HolderChange::Complete(r) | HolderChange::FailTerminal(r) => {
+                    (Some(r.body.clone()), super::encode_meta(&r.meta))
+                }
+                _ => (None, Vec::new()),
+            };
+            HolderRow {
+                ns: ns_code(lease.ns),
+                tenant: lease.tenant.clone(),
+                key: lease.key.clone(),
+                fence,
+                state,
+                body,
+                meta,
+            }
+        })
+    }
+}
+
+/// Lease ends coalesced: [`statements::HOLDER_BATCH`]; each call's lease end if it applied.
+pub(crate) struct Holders;
+
+impl Kind for Holders {
+    type Call = HolderRow;
+    type Answer = Option<i64>;
+
+    fn key(c: &HolderRow) -> (i16, &[u8], &[u8]) {
+        (c.ns, &c.tenant, &c.key)
+    }
+
+    fn bytes(c: &HolderRow) -> usize {
+        let meta: usize = c.meta.iter().map(String::len).sum();
+        c.tenant.len() + c.key.len() + c.body.as_ref().map_or(0, Vec::len) + meta + 32
+    }
+
+    fn queue(store: &PgStore) -> &Coalescer<Self> {
+        &store.holders
+    }
+
+    async fn run(store: &PgStore, calls: &[HolderRow]) -> Result<Vec<Option<i64>>> {
+        let sorted = by_key::<Self>(calls);
+        let ns: Vec<i16> = sorted.iter().map(|(_, c)| c.ns).collect();
+        let tenants: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.tenant.clone()).collect();
+        let keys: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.key.clone()).collect();
+        let fences: Vec<i64> = sorted.iter().map(|(_, c)| c.fence).collect();
+        let states: Vec<i16> = sorted.iter().map(|(_, c)| c.state).collect();
+        let bodies: Vec<Option<Vec<u8>>> = sorted.iter().map(|(_, c)| c.body.clone()).collect();
+        let (mut meta, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
+        for (_, c) in &sorted {
+            let start = i32::try_from(meta.len()).unwrap_or(i32::MAX);
+            meta.extend(c.meta.iter().cloned());
+            from.push(start.saturating_add(1));
+            to.push(i32::try_from(meta.len()).unwrap_or(i32::MAX));
+        }
+        let now = store.now_param();
+        let rows = store
+            .query_rows(
+                statements::HOLDER_BATCH,
+                &[
+                    &ns, &tenants, &keys, &fences, &states, &bodies, &meta, &from, &to, &now,
+                ],
+            )
+            .await?;
+        let mut out: Vec<Option<i64>> = vec![None; calls.len()];
+        for row in rows {
+            let at = slot(&sorted, row.get("ord"))?;
+            if let Some(o) = out.get_mut(at) {
+                *o = Some(row.get("lease_until"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The calls with their positions, sorted by key: every coalesced statement takes its rows'
+/// locks in key order, so two of them (in any instances) never wait for each other in a circle.
+fn by_key<K: Kind>(calls: &[K::Call]) -> Vec<(usize, &K::Call)> {
+    let mut sorted: Vec<(usize, &K::Call)> = calls.iter().enumerate().collect();
+    sorted.sort_by(|a, b| K::key(a.1).cmp(&K::key(b.1)));
+    sorted
+}
+
+/// The call a coalesced statement's row answers: its `ord`, the 1-based position in the sorted
+/// arrays.
+fn slot<C>(sorted: &[(usize, &C)], ord: i64) -> Result<usize> {
+    usize::try_from(ord)
+        .ok()
+        .and_then(|o| o.checked_sub(1))
+        .and_then(|o| sorted.get(o))
+        .map(|(at, _)| *at)
+        .ok_or_else(|| {
+            crate::error::corrupted("coalesced statement", format!("a row for call {ord}"))
+        })
 }

@@ -47,6 +47,11 @@ typed!(
     &[u8] => BYTEA,
     Vec<String> => TEXT_ARRAY,
     &[String] => TEXT_ARRAY,
+    Vec<i16> => INT2_ARRAY,
+    Vec<i32> => INT4_ARRAY,
+    Vec<i64> => INT8_ARRAY,
+    Vec<Vec<u8>> => BYTEA_ARRAY,
+    Vec<Option<Vec<u8>>> => BYTEA_ARRAY,
 );
 
 impl<T: Typed> Typed for Option<T> {

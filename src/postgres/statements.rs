@@ -104,6 +104,46 @@ UNION ALL
 SELECT * FROM r"
 );
 
+/// [`CLAIM_FAST`] for many keys at once (coalesced claims, `coalesce.rs`): $1 namespaces, $2
+/// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds (one element
+/// per call, no key twice, sorted by key so that concurrent batches lock in one order), $7 test
+/// clock. One row per call that has one, its `ord` (1-based position in the arrays) first, then
+/// the columns of [`CLAIM_FAST`]: a row inserted (`acquired`, its token drawn as the row is
+/// written), or the key's row as read; a call without a row (a concurrent insert after the
+/// snapshot) asks again alone, as does one whose row looks acquirable.
+pub(crate) const CLAIM_BATCH: &str = concat!(
+    "WITH i AS (
+    SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[],
+        $6::bigint[]) WITH ORDINALITY AS i(ns, tenant, key, fingerprint, lease_ms, retention_ms, ord)),
+r AS (
+    SELECT i.ord, false AS acquired, ",
+    claim_columns!("r"),
+    ", ",
+    now_expr!("$7"),
+    " AS now FROM i JOIN idemdb_requests r ON r.ns = i.ns AND r.tenant = i.tenant AND r.key = i.key),
+ins AS (
+    INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
+        fence, attempts, takeovers, state, lease_until, taken_over)
+    SELECT i.ns, i.tenant, i.key, i.fingerprint, ",
+    now_expr!("$7"),
+    ", ",
+    now_expr!("$7"),
+    " + i.retention_ms, idemdb_fence_next(), 1, 0, 0, ",
+    now_expr!("$7"),
+    " + i.lease_ms, false
+    FROM i WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.ord = i.ord)
+    ORDER BY i.ord
+    ON CONFLICT DO NOTHING
+    RETURNING q.ns, q.tenant, q.key, true AS acquired, ",
+    claim_columns!("q"),
+    ", q.created_at AS now)
+SELECT i.ord, ins.acquired, ",
+    claim_columns!("ins"),
+    ", ins.now FROM ins JOIN i ON ins.ns = i.ns AND ins.tenant = i.tenant AND ins.key = i.key
+UNION ALL
+SELECT * FROM r"
+);
+
 /// The same parameters as [`CLAIM_FAST`]: the `idemdb_claim` function of migration 2 (see
 /// `migrations.rs` for how it decides), used when the key's row looked acquirable (a takeover,
 /// an expired record, a released lease). Its row: `acquired` (`NULL`: nothing decided, ask
@@ -170,6 +210,34 @@ pub(crate) const RENEW: &str = holder!(
 /// $6 the checkpoint's phase, $7 its state.
 pub(crate) const CHECKPOINT: &str =
     holder!("checkpoint_phase = $6::text, checkpoint_state = $7::bytea");
+
+/// Holder calls that end a lease, for many keys at once (coalesced, `coalesce.rs`): $1
+/// namespaces, $2 tenants, $3 keys, $4 fences, $5 the new states (1 released, 2 completed, 3
+/// failed), $6 response bodies (`NULL` for a release), $7 every call's metadata in one flat
+/// array, $8 and $9 where each call's metadata starts and ends in it (1-based, inclusive; an
+/// empty range is empty metadata), $10 test clock. Each row changes as [`COMPLETE`], [`FAIL`] or
+/// [`RELEASE`] would change it, under the same condition (the pending row with the lease's
+/// fence, not expired); one row per call that applied (its `ord`, the lease's end). A call that
+/// applied to nothing asks alone, and learns why.
+pub(crate) const HOLDER_BATCH: &str = concat!(
+    "UPDATE idemdb_requests q SET state = i.state,
+    finished_at = CASE WHEN i.state = 1 THEN q.finished_at ELSE ",
+    now_expr!("$10"),
+    " END,
+    response_body = CASE WHEN i.state = 1 THEN q.response_body ELSE i.body END,
+    response_meta = CASE WHEN i.state = 1 THEN q.response_meta
+        ELSE ($7::text[])[i.meta_from:i.meta_to] END,
+    checkpoint_phase = CASE WHEN i.state = 1 THEN q.checkpoint_phase END,
+    checkpoint_state = CASE WHEN i.state = 1 THEN q.checkpoint_state END
+FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bigint[], $5::smallint[], $6::bytea[],
+    $8::integer[], $9::integer[]) WITH ORDINALITY AS i(ns, tenant, key, fence, state, body,
+    meta_from, meta_to, ord)
+WHERE q.ns = i.ns AND q.tenant = i.tenant AND q.key = i.key AND q.fence = i.fence
+  AND q.state = 0 AND q.expires_at > ",
+    now_expr!("$10"),
+    "
+RETURNING i.ord, q.lease_until"
+);
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
 /// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the

@@ -45,6 +45,11 @@ pub struct PostgresStats {
     pub fencing_epoch: u64,
     /// How many times this store saw the epoch go up (a standby promoted since it opened).
     pub failovers_seen: u64,
+    /// This store's statements that carried more than one call (coalesced claims and lease
+    /// ends, [`crate::Config::coalescing`]) since it opened.
+    pub coalesced_statements: u64,
+    /// The calls those statements carried.
+    pub coalesced_calls: u64,
 }
 
 impl PgStore {
@@ -77,6 +82,8 @@ impl PgStore {
             table_bytes: n(14)?,
             fencing_epoch,
             failovers_seen,
+            coalesced_statements: self.coalesced().0,
+            coalesced_calls: self.coalesced().1,
         })
     }
 }

@@ -18,6 +18,13 @@ pub fn admin_url() -> String {
     std::env::var("IDEMDB_TEST_POSTGRES_ADMIN").unwrap_or_else(|_| pg_url())
 }
 
+/// Whether the PostgreSQL stores under test coalesce concurrent calls into one statement
+/// (`IDEMDB_TEST_COALESCING=off` turns it off; `./scripts/test` runs the suite's PostgreSQL half
+/// both ways).
+pub fn coalescing() -> bool {
+    std::env::var("IDEMDB_TEST_COALESCING").map_or(true, |v| v != "off")
+}
+
 /// A store under test, its manual clock, and what to remove afterwards.
 pub struct Harness {
     pub store: AsyncStore,
@@ -55,7 +62,8 @@ impl Harness {
             Config::postgres(in_schema(&schema))
                 .clock(clock.clone())
                 .postgres_test_clock()
-                .pool_size(8),
+                .pool_size(8)
+                .coalescing(coalescing()),
         );
         let store = cfg.open_async().await.unwrap();
         Harness {
@@ -64,6 +72,11 @@ impl Harness {
             _dir: None,
             schema: Some(schema),
         }
+    }
+
+    /// Whether the store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.schema.is_some()
     }
 
     pub fn advance(&self, d: Duration) {

@@ -20,6 +20,7 @@ mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
 mod causal_writes_keep_every_concurrent_value;
 mod cli_reaches_a_postgres_store;
+mod coalesced_calls_answer_as_one_at_a_time;
 mod commits_apply_everything_or_nothing;
 mod concurrent_claims_have_exactly_one_winner;
 mod concurrent_entity_updates_lose_nothing;

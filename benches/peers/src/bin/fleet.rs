@@ -22,7 +22,8 @@
 //! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb, idemdb with a
 //! replay tier and the recipe each use their own schema (created and dropped here), with
 //! `synchronous_commit` as the server has it (stated in the output); one pooled connection per
-//! task for each.
+//! task for each, up to 24. idemdb runs twice: coalescing concurrent calls into one statement
+//! (the default) and with it off (`pg-single`: one statement per call, as the recipe).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +41,8 @@ struct Settings {
     keys: usize,
     tasks: Vec<usize>,
     rounds: usize,
-    /// Only these systems (all when empty): `pg`, `pg-tier`, `recipe`, `redis`, `embedded`.
+    /// Only these systems (all when empty): `pg`, `pg-single`, `pg-tier`, `recipe`, `redis`,
+    /// `embedded`.
     only: Vec<String>,
     /// URL options of idemdb's stores (`--idemdb-options`): plain TCP by default, as the
     /// recipe's client connects; `sslmode=require` measures TLS, `statement_mode=unnamed` the
@@ -461,8 +463,9 @@ async fn main_async(s: Settings) -> R<()> {
     let run_id = format!("{:x}", std::process::id());
     // Each PostgreSQL system on a table of its own, so that none reads and writes a table
     // another one filled (a larger table costs more per statement).
-    let (idem_schema, tier_schema, hand_schema) = (
+    let (idem_schema, single_schema, tier_schema, hand_schema) = (
         format!("fleet_idem_{run_id}"),
+        format!("fleet_single_{run_id}"),
         format!("fleet_tier_{run_id}"),
         format!("fleet_hand_{run_id}"),
     );
@@ -474,18 +477,32 @@ async fn main_async(s: Settings) -> R<()> {
         .get(0);
     let mut rows = Vec::new();
     for &tasks in &s.tasks {
-        for schema in [&idem_schema, &tier_schema, &hand_schema] {
+        for schema in [&idem_schema, &single_schema, &tier_schema, &hand_schema] {
             admin(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
             .await?;
         }
+        // One connection per task, up to 24 per system: the server's 100 connections hold
+        // every system's pool at 64 tasks (more than 24 connections buy nothing on 2 cores).
+        let conns = tasks.min(24);
         let idem = Config::postgres(format!(
             "{PG_URL}?options=-c%20search_path%3D{idem_schema}&{}",
             s.idem_opts
         ))
-        .pool_size(tasks)
+        .pool_size(conns)
         .sweep_interval(None)
+        .open_async()
+        .await
+        .map_err(|e| e.to_string())?;
+        // The same store sending every call as a statement of its own.
+        let single = Config::postgres(format!(
+            "{PG_URL}?options=-c%20search_path%3D{single_schema}&{}",
+            s.idem_opts
+        ))
+        .pool_size(conns)
+        .sweep_interval(None)
+        .coalescing(false)
         .open_async()
         .await
         .map_err(|e| e.to_string())?;
@@ -494,13 +511,13 @@ async fn main_async(s: Settings) -> R<()> {
             "{PG_URL}?options=-c%20search_path%3D{tier_schema}&{}",
             s.idem_opts
         ))
-        .pool_size(tasks)
+        .pool_size(conns)
         .sweep_interval(None)
         .replay_tier(64 << 20)
         .open_async()
         .await
         .map_err(|e| e.to_string())?;
-        let hand = HandPg::connect(&hand_schema, tasks).await?;
+        let hand = HandPg::connect(&hand_schema, conns).await?;
         let redis = RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let embedded = Config::new(dir.path())
@@ -515,6 +532,12 @@ async fn main_async(s: Settings) -> R<()> {
                 Idem(idem),
                 false,
                 run_id.clone(),
+            ),
+            Entry::new(
+                ("pg-single", "idemdb on PostgreSQL, coalescing off"),
+                Idem(single),
+                false,
+                format!("{run_id}s"),
             ),
             Entry::new(
                 ("pg-tier", "idemdb on PostgreSQL, replay tier"),
@@ -547,7 +570,7 @@ async fn main_async(s: Settings) -> R<()> {
             .collect();
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
     }
-    for schema in [&idem_schema, &tier_schema, &hand_schema] {
+    for schema in [&idem_schema, &single_schema, &tier_schema, &hand_schema] {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
     }
     println!(
