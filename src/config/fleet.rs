@@ -76,11 +76,13 @@ pub(crate) struct Settings {
     pub(crate) coalesce_limits: CoalesceLimits,
 }
 
-/// The caps on one coalesced statement: calls, and bytes of their values.
+/// The caps on coalescing: calls and bytes of their values per statement, and statements of one
+/// kind in flight at once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CoalesceLimits {
     pub(crate) rows: usize,
     pub(crate) bytes: usize,
+    pub(crate) in_flight: usize,
 }
 
 impl Settings {
@@ -98,10 +100,15 @@ impl Settings {
             tls_roots: None,
             statement_mode: None,
             synchronous_commit: None,
-            coalescing: true,
+            // Off until it is never slower (docs/benchmarks.md, "Coalesced statements").
+            coalescing: false,
             coalesce_limits: CoalesceLimits {
                 rows: 128,
                 bytes: 1 << 20,
+                // Two statements of a kind in flight: one executes while the other waits for its
+                // WAL flush (measured against one, four, half the pool and the whole pool:
+                // docs/benchmarks.md).
+                in_flight: 2,
             },
         }
     }

@@ -192,11 +192,13 @@ impl Config {
 
     /// PostgreSQL only: whether calls that wait for the database together go as one statement.
     /// Claims (of new keys, and replays) and lease ends (completions, terminal failures,
-    /// releases) that arrive while a statement of their kind is in flight are sent together
-    /// when it ends, as one statement over arrays: one transaction and one WAL flush for all of
-    /// them, each call with its own row's answer (docs/design.md, "Coalesced statements"). A
-    /// call that finds nothing in flight goes at once, alone: coalescing never adds a wait.
-    /// Default: on.
+    /// releases) that arrive while two statements of their kind are in flight are sent
+    /// together when one ends, as one statement over arrays: one transaction and one WAL flush
+    /// for all of them, each call with its own row's answer (docs/design.md, "Coalesced
+    /// statements"). A call that finds fewer in flight goes at once, alone, so a lone call never
+    /// waits for a batch; a queued one waits for a statement to end. Measured on a 2-core machine
+    /// (docs/benchmarks.md, "Coalesced statements"), it is faster from about 64 concurrent callers
+    /// per store and slower at 4 to 16, so it is not yet the default. Default: off.
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn coalescing(mut self, on: bool) -> Self {
@@ -213,7 +215,8 @@ impl Config {
     #[must_use]
     pub fn coalesce_limits(mut self, calls: usize, bytes: usize) -> Self {
         if let Some(p) = self.postgres.as_mut() {
-            p.coalesce_limits = crate::config::fleet::CoalesceLimits { rows: calls, bytes };
+            p.coalesce_limits.rows = calls;
+            p.coalesce_limits.bytes = bytes;
         }
         self
     }

@@ -1,9 +1,9 @@
 //! Coalescing: calls of one kind that wait for the database together go to it as one statement
 //! over arrays, one transaction and one WAL flush for all of them (the group commit the embedded
 //! engine does for its writes). Invariants:
-//! - no batch wait: a call that finds no statement of its kind in flight goes at once, alone,
-//!   by the one-call path ([`Turn::Alone`]); calls that arrive while one is in flight queue, and
-//!   go together as the next statement when it ends;
+//! - no batch wait: a call that finds fewer than [`Limits::in_flight`] statements of its kind in
+//!   flight goes at once, alone, by the one-call path ([`Turn::Alone`]); calls that arrive while
+//!   that many are in flight queue, and go together as the next statement when one ends;
 //! - one row per key in a statement: a call for a key already in the forming batch stays queued
 //!   for the next one, so the database decides two calls of one key one after the other;
 //! - every queued call gets its own row's answer, or the whole statement's error (a timeout, a
@@ -50,8 +50,8 @@ struct Waiting<K: Kind> {
 }
 
 struct Queue<K: Kind> {
-    /// A statement of this kind is in flight (a lone call's, or a batch's).
-    busy: bool,
+    /// Statements of this kind in flight (lone calls', and batches').
+    in_flight: usize,
     waiting: VecDeque<Waiting<K>>,
 }
 
@@ -83,12 +83,13 @@ impl<K: Kind> Coalescer<K> {
     pub(crate) fn new(limits: Limits) -> Self {
         Coalescer {
             queue: Mutex::new(Queue {
-                busy: false,
+                in_flight: 0,
                 waiting: VecDeque::new(),
             }),
             limits: Limits {
                 rows: limits.rows.max(1),
                 bytes: limits.bytes.max(1),
+                in_flight: limits.in_flight.max(1),
             },
             batches: AtomicU64::new(0),
             batched_rows: AtomicU64::new(0),
@@ -98,9 +99,10 @@ impl<K: Kind> Coalescer<K> {
     /// Takes the call's turn: alone if nothing of its kind is in flight, else queued (`call`
     /// makes what the batch needs; a lone call never makes it).
     pub(crate) fn enter(store: &Arc<PgStore>, call: impl FnOnce() -> K::Call) -> Turn<K> {
-        let mut q = K::queue(store).queue.lock();
-        if !q.busy {
-            q.busy = true;
+        let c = K::queue(store);
+        let mut q = c.queue.lock();
+        if q.in_flight < c.limits.in_flight {
+            q.in_flight += 1;
             return Turn::Alone(Lead {
                 store: store.clone(),
                 _kind: std::marker::PhantomData,
@@ -116,7 +118,7 @@ impl<K: Kind> Coalescer<K> {
 
     /// The next batch: queued calls in arrival order, skipping (and leaving queued) a call whose
     /// key is in the batch already, up to the caps (the first call always goes). Empty: nothing
-    /// queued, and the kind is no longer busy.
+    /// queued, and the caller's statement slot is given back.
     fn next_batch(&self) -> Vec<Waiting<K>> {
         let mut q = self.queue.lock();
         let mut batch = Vec::new();
@@ -143,7 +145,7 @@ impl<K: Kind> Coalescer<K> {
             q.waiting.push_front(w);
         }
         if batch.is_empty() {
-            q.busy = false;
+            q.in_flight = q.in_flight.saturating_sub(1);
         }
         batch
     }
@@ -155,7 +157,7 @@ impl<K: Kind> Drop for Lead<K> {
         {
             let mut q = c.queue.lock();
             if q.waiting.is_empty() {
-                q.busy = false;
+                q.in_flight = q.in_flight.saturating_sub(1);
                 return;
             }
         }
@@ -168,7 +170,7 @@ impl<K: Kind> Drop for Lead<K> {
             }
             Err(_) => {
                 let mut q = c.queue.lock();
-                q.busy = false;
+                q.in_flight = q.in_flight.saturating_sub(1);
                 for w in q.waiting.drain(..) {
                     let _ = w.answer.send(Err(Error::Unavailable {
                         message: "PostgreSQL: no async runtime to send the coalesced statement on"

@@ -633,11 +633,16 @@ impl PgStore {
         .await
     }
 
-    /// As [`PgStore::query`], for a statement that answers many rows.
-    async fn query_rows(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
+    /// As [`PgStore::query`], for a statement that answers many rows, sent unnamed in either
+    /// mode (planned at every call: the coalesced statements, whose best plan depends on how
+    /// large the table is now).
+    async fn query_rows_unnamed(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
         let c = self.conn().await?;
         self.timed(async move {
-            let rows = c.rows(self.mode, sql, params).await.map_err(classify)?;
+            let rows = c
+                .rows(StatementMode::Unnamed, sql, params)
+                .await
+                .map_err(classify)?;
             c.keep();
             Ok(rows)
         })

@@ -533,7 +533,7 @@ impl Kind for Claims {
         let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
         let now = store.now_param();
         let rows = store
-            .query_rows(
+            .query_rows_unnamed(
                 statements::CLAIM_BATCH,
                 &[&ns, &tenants, &keys, &fps, &leases, &retentions, &now],
             )
@@ -631,7 +631,7 @@ impl Kind for Holders {
         }
         let now = store.now_param();
         let rows = store
-            .query_rows(
+            .query_rows_unnamed(
                 statements::HOLDER_BATCH,
                 &[
                     &ns, &tenants, &keys, &fences, &states, &bodies, &meta, &from, &to, &now,

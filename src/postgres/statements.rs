@@ -110,7 +110,11 @@ SELECT * FROM r"
 /// clock. One row per call that has one, its `ord` (1-based position in the arrays) first, then
 /// the columns of [`CLAIM_FAST`]: a row inserted (`acquired`, its token drawn as the row is
 /// written), or the key's row as read; a call without a row (a concurrent insert after the
-/// snapshot) asks again alone, as does one whose row looks acquirable.
+/// snapshot) asks again alone, as does one whose row looks acquirable. Each key's row is read by
+/// a `LATERAL` lookup that cannot be flattened into a join (`OFFSET 0`): one primary-key probe per
+/// call whatever the table's statistics say. Both batch statements are sent unnamed, planned at
+/// every call: a cached plan made while the table was small read it whole at every batch (a hash
+/// join over a sequential scan), slower with every row (docs/benchmarks.md).
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "WITH i AS (
     SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[],
@@ -120,7 +124,9 @@ r AS (
     claim_columns!("r"),
     ", ",
     now_expr!("$7"),
-    " AS now FROM i JOIN idemdb_requests r ON r.ns = i.ns AND r.tenant = i.tenant AND r.key = i.key),
+    " AS now FROM i CROSS JOIN LATERAL (
+        SELECT * FROM idemdb_requests r
+        WHERE r.ns = i.ns AND r.tenant = i.tenant AND r.key = i.key OFFSET 0) r),
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
         fence, attempts, takeovers, state, lease_until, taken_over)
@@ -218,7 +224,8 @@ pub(crate) const CHECKPOINT: &str =
 /// empty range is empty metadata), $10 test clock. Each row changes as [`COMPLETE`], [`FAIL`] or
 /// [`RELEASE`] would change it, under the same condition (the pending row with the lease's
 /// fence, not expired); one row per call that applied (its `ord`, the lease's end). A call that
-/// applied to nothing asks alone, and learns why.
+/// applied to nothing asks alone, and learns why. Sent unnamed (planned at every call, with the
+/// table's current size), as [`CLAIM_BATCH`] is.
 pub(crate) const HOLDER_BATCH: &str = concat!(
     "UPDATE idemdb_requests q SET state = i.state,
     finished_at = CASE WHEN i.state = 1 THEN q.finished_at ELSE ",

@@ -22,8 +22,8 @@
 //! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb, idemdb with a
 //! replay tier and the recipe each use their own schema (created and dropped here), with
 //! `synchronous_commit` as the server has it (stated in the output); one pooled connection per
-//! task for each, up to 24. idemdb runs twice: coalescing concurrent calls into one statement
-//! (the default) and with it off (`pg-single`: one statement per call, as the recipe).
+//! task for each, up to 24. idemdb runs twice: one statement per call (the default, as the
+//! recipe) and coalescing concurrent calls into one statement (`pg-coalesce`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ struct Settings {
     keys: usize,
     tasks: Vec<usize>,
     rounds: usize,
-    /// Only these systems (all when empty): `pg`, `pg-single`, `pg-tier`, `recipe`, `redis`,
+    /// Only these systems (all when empty): `pg`, `pg-coalesce`, `pg-tier`, `recipe`, `redis`,
     /// `embedded`.
     only: Vec<String>,
     /// URL options of idemdb's stores (`--idemdb-options`): plain TCP by default, as the
@@ -463,9 +463,9 @@ async fn main_async(s: Settings) -> R<()> {
     let run_id = format!("{:x}", std::process::id());
     // Each PostgreSQL system on a table of its own, so that none reads and writes a table
     // another one filled (a larger table costs more per statement).
-    let (idem_schema, single_schema, tier_schema, hand_schema) = (
+    let (idem_schema, coalesce_schema, tier_schema, hand_schema) = (
         format!("fleet_idem_{run_id}"),
-        format!("fleet_single_{run_id}"),
+        format!("fleet_coalesce_{run_id}"),
         format!("fleet_tier_{run_id}"),
         format!("fleet_hand_{run_id}"),
     );
@@ -477,7 +477,7 @@ async fn main_async(s: Settings) -> R<()> {
         .get(0);
     let mut rows = Vec::new();
     for &tasks in &s.tasks {
-        for schema in [&idem_schema, &single_schema, &tier_schema, &hand_schema] {
+        for schema in [&idem_schema, &coalesce_schema, &tier_schema, &hand_schema] {
             admin(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
@@ -495,14 +495,14 @@ async fn main_async(s: Settings) -> R<()> {
         .open_async()
         .await
         .map_err(|e| e.to_string())?;
-        // The same store sending every call as a statement of its own.
-        let single = Config::postgres(format!(
-            "{PG_URL}?options=-c%20search_path%3D{single_schema}&{}",
+        // The same store coalescing concurrent calls into one statement.
+        let coalescing = Config::postgres(format!(
+            "{PG_URL}?options=-c%20search_path%3D{coalesce_schema}&{}",
             s.idem_opts
         ))
         .pool_size(conns)
         .sweep_interval(None)
-        .coalescing(false)
+        .coalescing(true)
         .open_async()
         .await
         .map_err(|e| e.to_string())?;
@@ -526,6 +526,7 @@ async fn main_async(s: Settings) -> R<()> {
             .open_async()
             .await
             .map_err(|e| e.to_string())?;
+        let coalescing_store = coalescing.clone();
         let entries = vec![
             Entry::new(
                 ("pg", "idemdb on PostgreSQL"),
@@ -534,8 +535,8 @@ async fn main_async(s: Settings) -> R<()> {
                 run_id.clone(),
             ),
             Entry::new(
-                ("pg-single", "idemdb on PostgreSQL, coalescing off"),
-                Idem(single),
+                ("pg-coalesce", "idemdb on PostgreSQL, coalescing"),
+                Idem(coalescing),
                 false,
                 format!("{run_id}s"),
             ),
@@ -569,8 +570,20 @@ async fn main_async(s: Settings) -> R<()> {
             .filter(|e| s.only.is_empty() || s.only.iter().any(|o| o == e.id))
             .collect();
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
+        let st = coalescing_store
+            .postgres_stats()
+            .await
+            .map_err(|e| e.to_string())?;
+        if st.coalesced_statements > 0 {
+            eprintln!(
+                "{tasks} task(s): idemdb on PostgreSQL, coalescing, sent {} coalesced statements of \
+                 {:.1} calls on average",
+                st.coalesced_statements,
+                st.coalesced_calls as f64 / st.coalesced_statements as f64
+            );
+        }
     }
-    for schema in [&idem_schema, &single_schema, &tier_schema, &hand_schema] {
+    for schema in [&idem_schema, &coalesce_schema, &tier_schema, &hand_schema] {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
     }
     println!(
