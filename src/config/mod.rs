@@ -190,15 +190,16 @@ impl Config {
         self
     }
 
-    /// PostgreSQL only: whether calls that wait for the database together go as one statement.
+    /// PostgreSQL only: whether calls that wait for the pool together go as one statement.
     /// Claims (of new keys, and replays) and lease ends (completions, terminal failures,
-    /// releases) that arrive while two statements of their kind are in flight are sent
-    /// together when one ends, as one statement over arrays: one transaction and one WAL flush
+    /// releases) that would wait for a connection behind a statement of their kind are sent
+    /// together when it ends, as one statement over arrays: one transaction and one WAL flush
     /// for all of them, each call with its own row's answer (docs/design.md, "Coalesced
-    /// statements"). A call that finds fewer in flight goes at once, alone, so a lone call never
-    /// waits for a batch; a queued one waits for a statement to end. Measured on a 2-core machine
-    /// (docs/benchmarks.md, "Coalesced statements"), it is faster from about 64 concurrent callers
-    /// per store and slower at 4 to 16, so it is not yet the default. Default: off.
+    /// statements"). A call that would get a connection at once goes at once, alone: coalescing
+    /// never adds a wait. Measured on a 2-core machine (docs/benchmarks.md, "Coalesced
+    /// statements"): as fast as one statement per call up to 16 concurrent callers, faster
+    /// claims and completions at 64 over a pool of 24, but slower replays there, so it is not
+    /// yet the default. Default: off.
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn coalescing(mut self, on: bool) -> Self {

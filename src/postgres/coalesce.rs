@@ -1,9 +1,11 @@
 //! Coalescing: calls of one kind that wait for the database together go to it as one statement
 //! over arrays, one transaction and one WAL flush for all of them (the group commit the embedded
 //! engine does for its writes). Invariants:
-//! - no batch wait: a call that finds fewer than [`Limits::in_flight`] statements of its kind in
-//!   flight goes at once, alone, by the one-call path ([`Turn::Alone`]); calls that arrive while
-//!   that many are in flight queue, and go together as the next statement when one ends;
+//! - no batch wait: a call goes at once, alone, by the one-call path ([`Turn::Alone`]) when the
+//!   pool would give it a connection at once, or when no statement of its kind is in flight;
+//!   only a call that would wait for the pool, behind a statement of its kind, queues, and the
+//!   queue goes as one statement when a statement of its kind ends, sent by one of at most
+//!   [`Limits::in_flight`] batch tasks of the kind;
 //! - one row per key in a statement: a call for a key already in the forming batch stays queued
 //!   for the next one, so the database decides two calls of one key one after the other;
 //! - every queued call gets its own row's answer, or the whole statement's error (a timeout, a
@@ -50,8 +52,10 @@ struct Waiting<K: Kind> {
 }
 
 struct Queue<K: Kind> {
-    /// Statements of this kind in flight (lone calls', and batches').
-    in_flight: usize,
+    /// Lone calls' statements of this kind in flight.
+    alone: usize,
+    /// Tasks sending batches of this kind (each one statement at a time).
+    drivers: usize,
     waiting: VecDeque<Waiting<K>>,
 }
 
@@ -83,7 +87,8 @@ impl<K: Kind> Coalescer<K> {
     pub(crate) fn new(limits: Limits) -> Self {
         Coalescer {
             queue: Mutex::new(Queue {
-                in_flight: 0,
+                alone: 0,
+                drivers: 0,
                 waiting: VecDeque::new(),
             }),
             limits: Limits {
@@ -100,9 +105,10 @@ impl<K: Kind> Coalescer<K> {
     /// makes what the batch needs; a lone call never makes it).
     pub(crate) fn enter(store: &Arc<PgStore>, call: impl FnOnce() -> K::Call) -> Turn<K> {
         let c = K::queue(store);
+        let room = super::pool::has_room(&store.pool);
         let mut q = c.queue.lock();
-        if q.in_flight < c.limits.in_flight {
-            q.in_flight += 1;
+        if q.alone + q.drivers == 0 || room {
+            q.alone += 1;
             return Turn::Alone(Lead {
                 store: store.clone(),
                 _kind: std::marker::PhantomData,
@@ -118,7 +124,7 @@ impl<K: Kind> Coalescer<K> {
 
     /// The next batch: queued calls in arrival order, skipping (and leaving queued) a call whose
     /// key is in the batch already, up to the caps (the first call always goes). Empty: nothing
-    /// queued, and the caller's statement slot is given back.
+    /// queued, and the calling batch task ends.
     fn next_batch(&self) -> Vec<Waiting<K>> {
         let mut q = self.queue.lock();
         let mut batch = Vec::new();
@@ -145,7 +151,7 @@ impl<K: Kind> Coalescer<K> {
             q.waiting.push_front(w);
         }
         if batch.is_empty() {
-            q.in_flight = q.in_flight.saturating_sub(1);
+            q.drivers = q.drivers.saturating_sub(1);
         }
         batch
     }
@@ -156,10 +162,12 @@ impl<K: Kind> Drop for Lead<K> {
         let c = K::queue(&self.store);
         {
             let mut q = c.queue.lock();
-            if q.waiting.is_empty() {
-                q.in_flight = q.in_flight.saturating_sub(1);
+            q.alone = q.alone.saturating_sub(1);
+            // Queued calls are sent by the batch tasks running, or by a new one.
+            if q.waiting.is_empty() || q.drivers >= c.limits.in_flight {
                 return;
             }
+            q.drivers += 1;
         }
         // Calls queued behind this one: a task of its own sends them (and whatever queues
         // behind them), so that no caller's going away can drop a statement others wait for.
@@ -170,7 +178,7 @@ impl<K: Kind> Drop for Lead<K> {
             }
             Err(_) => {
                 let mut q = c.queue.lock();
-                q.in_flight = q.in_flight.saturating_sub(1);
+                q.drivers = q.drivers.saturating_sub(1);
                 for w in q.waiting.drain(..) {
                     let _ = w.answer.send(Err(Error::Unavailable {
                         message: "PostgreSQL: no async runtime to send the coalesced statement on"

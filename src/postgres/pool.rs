@@ -79,6 +79,12 @@ pub(crate) async fn lend(pool: &Pool) -> Result<Conn> {
 
 /// Closes every idle connection of `pool` (after a call found the server gone, read-only or
 /// shutting down: the idle ones lead to the same server).
+/// Whether a call would get a connection at once: one is idle, or the pool may open another.
+pub(crate) fn has_room(pool: &Pool) -> bool {
+    let s = pool.status();
+    s.available > 0 || s.size < s.max_size
+}
+
 pub(crate) fn flush_idle(pool: &Pool) {
     drop(pool.retain(|_, _| false));
 }
