@@ -637,12 +637,20 @@ impl PgStore {
     /// mode (planned at every call: the coalesced statements, whose best plan depends on how
     /// large the table is now).
     async fn query_rows_unnamed(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
+        self.query_rows_in(StatementMode::Unnamed, sql, params)
+            .await
+    }
+
+    /// As [`PgStore::query`], for a statement that answers many rows, sent in `mode`.
+    async fn query_rows_in(
+        &self,
+        mode: StatementMode,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Vec<Row>> {
         let c = self.conn().await?;
         self.timed(async move {
-            let rows = c
-                .rows(StatementMode::Unnamed, sql, params)
-                .await
-                .map_err(classify)?;
+            let rows = c.rows(mode, sql, params).await.map_err(classify)?;
             c.keep();
             Ok(rows)
         })

@@ -533,7 +533,8 @@ impl Kind for Claims {
         let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
         let now = store.now_param();
         let rows = store
-            .query_rows_unnamed(
+            .query_rows_in(
+                store.mode,
                 statements::CLAIM_BATCH,
                 &[&ns, &tenants, &keys, &fps, &leases, &retentions, &now],
             )

@@ -112,9 +112,9 @@ SELECT * FROM r"
 /// written), or the key's row as read; a call without a row (a concurrent insert after the
 /// snapshot) asks again alone, as does one whose row looks acquirable. Each key's row is read by
 /// a `LATERAL` lookup that cannot be flattened into a join (`OFFSET 0`): one primary-key probe per
-/// call whatever the table's statistics say. Both batch statements are sent unnamed, planned at
-/// every call: a cached plan made while the table was small read it whole at every batch (a hash
-/// join over a sequential scan), slower with every row (docs/benchmarks.md).
+/// call whatever the table's statistics say, so that its plan, cached in the prepared mode, stays
+/// right as the table grows (a join in its place was planned, on a small table, as a hash join
+/// over a sequential scan, and kept: slower with every row; docs/benchmarks.md).
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "WITH i AS (
     SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[],
@@ -224,8 +224,9 @@ pub(crate) const CHECKPOINT: &str =
 /// empty range is empty metadata), $10 test clock. Each row changes as [`COMPLETE`], [`FAIL`] or
 /// [`RELEASE`] would change it, under the same condition (the pending row with the lease's
 /// fence, not expired); one row per call that applied (its `ord`, the lease's end). A call that
-/// applied to nothing asks alone, and learns why. Sent unnamed (planned at every call, with the
-/// table's current size), as [`CLAIM_BATCH`] is.
+/// applied to nothing asks alone, and learns why. Sent unnamed in either mode, planned at every
+/// call with the table's current size: an `UPDATE`'s join to its target has no shape that stays
+/// a key probe whatever the statistics say.
 pub(crate) const HOLDER_BATCH: &str = concat!(
     "UPDATE idemdb_requests q SET state = i.state,
     finished_at = CASE WHEN i.state = 1 THEN q.finished_at ELSE ",
