@@ -382,14 +382,20 @@ SELECT r.a, r.b, r.c, r.d, r.e, r.f, r.g, r.h, r.i,
 FROM r"
 );
 
-/// $1 batch size, $2 test clock: deletes up to $1 reservation rows whose lease ended (no longer
-/// live: the next reservation would overwrite them), skipping rows others hold.
+/// $1 batch size, $2 test clock: deletes up to $1 reservation rows whose lease can never be live
+/// again (its record gone, expired, finished, released or taken over: no pending row with its
+/// fence that has not expired), skipping rows others hold. A lease that merely ran out is not
+/// one of them: its holder may still renew it, and its reservation is live again (the model
+/// found this sweep deleting such a reservation, so that the renewed holder had lost it).
 pub(crate) const SWEEP_RESERVATIONS: &str = concat!(
     now_cte!("$2"),
     ", doomed AS (
     SELECT u.index_name, u.value FROM idemdb_unique u, now
     WHERE u.bound_fence IS NOT NULL
-      AND NOT idemdb_bound_live(u.bound_ns, u.bound_tenant, u.bound_key, u.bound_fence, now.t)
+      AND NOT EXISTS (
+        SELECT 1 FROM idemdb_requests q
+        WHERE q.ns = u.bound_ns AND q.tenant = u.bound_tenant AND q.key = u.bound_key
+          AND q.fence = u.bound_fence AND q.state = 0 AND q.expires_at > now.t)
     LIMIT $1
     FOR UPDATE OF u SKIP LOCKED
 )

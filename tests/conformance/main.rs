@@ -39,6 +39,7 @@ mod offset_windows_join_marks_in_any_order;
 mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
+mod renewed_lease_keeps_its_reservation_through_a_sweep;
 mod replays_are_served_from_the_local_tier;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;
