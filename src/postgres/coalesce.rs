@@ -70,8 +70,9 @@ pub(crate) struct Coalescer<K: Kind> {
 
 /// How a call goes to the database.
 pub(crate) enum Turn<K: Kind> {
-    /// Alone, at once, by the one-call path: nothing of its kind was in flight. Keep the guard
-    /// until the statement has ended: dropping it hands the calls queued meanwhile to a batch.
+    /// Alone, at once, by the one-call path: the pool had a connection for it, or nothing of its
+    /// kind was in flight. Keep the guard until the statement has ended: dropping it hands the
+    /// calls queued meanwhile to a batch.
     Alone(Lead<K>),
     /// In the next batch: its answer.
     Queued(oneshot::Receiver<Result<K::Answer>>),
@@ -101,7 +102,8 @@ impl<K: Kind> Coalescer<K> {
         }
     }
 
-    /// Takes the call's turn: alone if nothing of its kind is in flight, else queued (`call`
+    /// Takes the call's turn: alone if the pool has a connection for it or nothing of its kind
+    /// is in flight, else queued (`call`
     /// makes what the batch needs; a lone call never makes it).
     pub(crate) fn enter(store: &Arc<PgStore>, call: impl FnOnce() -> K::Call) -> Turn<K> {
         let c = K::queue(store);

@@ -267,8 +267,9 @@ impl PgStore {
             ];
             self.query(sql, &params).await
         };
-        // Coalescing: the first statement goes at once if no claim is in flight, else in the
-        // next batch ([`statements::CLAIM_BATCH`], whose row answers as this one's would).
+        // Coalescing: the first statement goes at once when the pool has a connection for it (or
+        // no claim is in flight), else in the next batch ([`statements::CLAIM_BATCH`], whose row
+        // answers as this one's would).
         let mut first = None;
         if self.coalescing {
             let call = || ClaimCall {
@@ -372,9 +373,9 @@ impl PgStore {
         }
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
-        // Coalescing a lease's end: alone at once if none is in flight (the one-call path
-        // below, holding the turn until it ends), else in the next batch; a call the batch did
-        // not apply takes the one-call path too, which says why.
+        // Coalescing a lease's end: alone at once when the pool has a connection for it (the
+        // one-call path below, holding the turn until it ends), else in the next batch; a call
+        // the batch did not apply takes the one-call path too, which says why.
         let _lead;
         if let (true, Some(call)) = (self.coalescing, HolderRow::of(lease, fence, &change)) {
             match Coalescer::<Holders>::enter(self, call) {
