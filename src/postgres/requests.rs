@@ -527,9 +527,9 @@ impl Kind for Claims {
     async fn run(store: &PgStore, calls: &[ClaimCall]) -> Result<Vec<Option<Row>>> {
         let sorted = by_key::<Self>(calls);
         let ns: Vec<i16> = sorted.iter().map(|(_, c)| c.ns).collect();
-        let tenants: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.tenant.clone()).collect();
-        let keys: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.key.clone()).collect();
-        let fps: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.fingerprint.clone()).collect();
+        let tenants: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.tenant[..]).collect();
+        let keys: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.key[..]).collect();
+        let fps: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.fingerprint[..]).collect();
         let leases: Vec<i64> = sorted.iter().map(|(_, c)| c.lease_ms).collect();
         let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
         let now = store.now_param();
@@ -619,15 +619,15 @@ impl Kind for Holders {
     async fn run(store: &PgStore, calls: &[HolderRow]) -> Result<Vec<Option<i64>>> {
         let sorted = by_key::<Self>(calls);
         let ns: Vec<i16> = sorted.iter().map(|(_, c)| c.ns).collect();
-        let tenants: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.tenant.clone()).collect();
-        let keys: Vec<Vec<u8>> = sorted.iter().map(|(_, c)| c.key.clone()).collect();
+        let tenants: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.tenant[..]).collect();
+        let keys: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.key[..]).collect();
         let fences: Vec<i64> = sorted.iter().map(|(_, c)| c.fence).collect();
         let states: Vec<i16> = sorted.iter().map(|(_, c)| c.state).collect();
-        let bodies: Vec<Option<Vec<u8>>> = sorted.iter().map(|(_, c)| c.body.clone()).collect();
+        let bodies: Vec<Option<&[u8]>> = sorted.iter().map(|(_, c)| c.body.as_deref()).collect();
         let (mut meta, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
         for (_, c) in &sorted {
             let start = i32::try_from(meta.len()).unwrap_or(i32::MAX);
-            meta.extend(c.meta.iter().cloned());
+            meta.extend(c.meta.iter().map(String::as_str));
             from.push(start.saturating_add(1));
             to.push(i32::try_from(meta.len()).unwrap_or(i32::MAX));
         }

@@ -64,6 +64,7 @@ impl PgStore {
             u64::try_from(v.unwrap_or(0)).map_err(|_| corrupted("idemdb stats", "a negative count"))
         };
         let (failovers_seen, fencing_epoch) = self.failovers();
+        let (coalesced_statements, coalesced_calls) = self.coalesced();
         Ok(PostgresStats {
             requests_pending: n(0)?,
             requests_released: n(1)?,
@@ -82,8 +83,8 @@ impl PgStore {
             table_bytes: n(14)?,
             fencing_epoch,
             failovers_seen,
-            coalesced_statements: self.coalesced().0,
-            coalesced_calls: self.coalesced().1,
+            coalesced_statements,
+            coalesced_calls,
         })
     }
 }
