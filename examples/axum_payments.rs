@@ -9,8 +9,8 @@
 //! `--postgres URL`, on PostgreSQL, where any number of instances share one store (fleet mode).
 //!
 //! Modes:
-//! - `serve [--addr 127.0.0.1:3000] [--db DIR | --postgres URL] [--synced] [--no-layer]
-//!   [--bank] [--lease-ms N]`: run the service (the load test drives it with wrk; `--no-layer`
+//! - `serve [--addr 127.0.0.1:3000] [--db DIR | --postgres URL [--pool N] [--coalescing]]
+//!   [--synced] [--no-layer] [--bank] [--lease-ms N]`: run the service (the load test drives it with wrk; `--no-layer`
 //!   measures the same service without idempotency). It prints `listening ADDR` on stdout.
 //!   `--bank` (with `--postgres`) keeps the charges in a PostgreSQL table instead of memory, so
 //!   that they outlive a killed instance;
@@ -211,6 +211,14 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// `serve`'s PostgreSQL options: the pool's size (the library's default when not given) and
+/// whether concurrent calls are coalesced.
+#[derive(Default, Clone, Copy)]
+struct FleetOptions {
+    pool: Option<usize>,
+    coalescing: bool,
+}
+
 /// The store: on PostgreSQL if `postgres` is given (with a local replay tier of `tier` bytes if
 /// given), else in `db` (a temporary directory if none); the lease if given (the default is
 /// 30 s).
@@ -220,10 +228,15 @@ async fn open_store(
     synced: bool,
     lease: Option<Duration>,
     tier: Option<usize>,
+    fleet: FleetOptions,
 ) -> (AsyncStore, Option<tempfile::TempDir>) {
     let (cfg, tmp) = match (postgres, db) {
         (Some(url), _) => {
-            let cfg = Config::postgres(url);
+            let cfg = Config::postgres(url).coalescing(fleet.coalescing);
+            let cfg = match fleet.pool {
+                Some(n) => cfg.pool_size(n),
+                None => cfg,
+            };
             (tier.map_or(cfg.clone(), |b| cfg.replay_tier(b)), None)
         }
         (None, Some(p)) => (Config::new(p), None),
@@ -288,6 +301,10 @@ async fn main() {
                 synced,
                 lease,
                 arg(&args, "--replay-tier").map(|v| v.parse().expect("--replay-tier BYTES")),
+                FleetOptions {
+                    pool: arg(&args, "--pool").map(|v| v.parse().expect("--pool N")),
+                    coalescing: args.iter().any(|a| a == "--coalescing"),
+                },
             )
             .await;
             let mut ledger = Ledger::default();
@@ -400,7 +417,8 @@ async fn check(payments: u64, synced: bool, postgres: Option<String>) -> Result<
         Some(url) => Some(fleet::fresh_schema(&url, "axum_payments_check").await?),
         None => None,
     };
-    let (store, _tmp) = open_store(None, postgres, synced, None, None).await;
+    let (store, _tmp) =
+        open_store(None, postgres, synced, None, None, FleetOptions::default()).await;
     let (router, ledger, layer) = app(Some(store), Ledger::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

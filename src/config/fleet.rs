@@ -105,10 +105,9 @@ impl Settings {
             coalesce_limits: CoalesceLimits {
                 rows: 128,
                 bytes: 1 << 20,
-                // Two statements of a kind in flight: one executes while the other waits for its
-                // WAL flush (measured against one, four, half the pool and the whole pool:
-                // docs/benchmarks.md).
-                in_flight: 2,
+                // Statements of a kind in flight before calls queue (measured against 2, 8 and
+                // the whole pool: docs/benchmarks.md, "Coalesced statements").
+                in_flight: 4,
             },
         }
     }

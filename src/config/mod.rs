@@ -222,6 +222,20 @@ impl Config {
         self
     }
 
+    /// PostgreSQL only, with [`Config::coalescing`]: how many statements of one kind (claims,
+    /// lease ends) may be in flight before further calls of that kind queue for the next
+    /// coalesced statement. A call goes at once, alone, while fewer are in flight and the pool
+    /// has a connection for it; at the limit it joins the queue, which goes as one statement
+    /// when a statement of its kind ends. Default: 4.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn coalesce_in_flight(mut self, statements: usize) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.coalesce_limits.in_flight = statements;
+        }
+        self
+    }
+
     /// PostgreSQL only: named prepared statements ([`crate::StatementMode::Prepared`]), or none
     /// ([`crate::StatementMode::Unnamed`]: for PgBouncer in transaction mode before 1.21 or
     /// without `max_prepared_statements`, Supavisor in transaction mode, RDS Proxy without
@@ -550,6 +564,12 @@ impl Config {
                 return bad(format!("pool_size {} is not in 1..=1024", p.pool_size));
             }
             let l = p.coalesce_limits;
+            if !(1..=1024).contains(&l.in_flight) {
+                return bad(format!(
+                    "coalesce_in_flight {} is not in 1..=1024",
+                    l.in_flight
+                ));
+            }
             if !(1..=10_000).contains(&l.rows) || !(1..=64 << 20).contains(&l.bytes) {
                 return bad(format!(
                     "coalesce_limits ({} calls, {} bytes) must be 1..=10000 calls and \

@@ -109,7 +109,8 @@ impl<K: Kind> Coalescer<K> {
         let c = K::queue(store);
         let room = super::pool::has_room(&store.pool);
         let mut q = c.queue.lock();
-        if q.alone + q.drivers == 0 || room {
+        let busy = q.alone + q.drivers;
+        if busy == 0 || (busy < c.limits.in_flight && room) {
             q.alone += 1;
             return Turn::Alone(Lead {
                 store: store.clone(),

@@ -88,6 +88,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         up: EPOCH_FENCE,
         down: EPOCH_FENCE_DOWN,
     },
+    Migration {
+        version: 5,
+        name: "coalesced lease ends: one function call for many, planned once per connection",
+        up: END_LEASES,
+        down: "
+            DROP FUNCTION idemdb_end_leases(smallint[], bytea[], bytea[], bigint[], smallint[],
+                bytea[], text[], integer[], integer[], bigint);
+        ",
+    },
 ];
 
 /// Versioned entities. A row is an entity's newest version: `value` `NULL` is a tombstone, which
@@ -506,6 +515,52 @@ END
 $fn$;
 "
 );
+
+/// `idemdb_end_leases` ends many leases in one call (coalesced completions, terminal failures and
+/// releases, `coalesce.rs`): element `j` of the arrays is one call (`p_state[j]` 1 released, 2
+/// completed, 3 failed; `p_body[j]` its response; its metadata `p_meta[p_from[j]:p_to[j]]`),
+/// applied in array order (the caller sorts them by key) by the one-call `UPDATE` of that change,
+/// under its condition (the pending row with the lease's fence, not expired); one row per call
+/// that applied: its position `j` and the lease's end. Each `UPDATE` is a primary-key probe whose
+/// plan PL/pgSQL caches once per server connection: a single `UPDATE ... FROM unnest(...)` had
+/// no shape whose cached plan stays a probe as the table grows, and planning it at every call cost
+/// about as much as running it (docs/benchmarks.md, "Coalesced statements").
+const END_LEASES: &str = "
+CREATE FUNCTION idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
+    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
+    p_to integer[], p_now bigint)
+RETURNS TABLE (ord integer, lease_until bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
+    j integer;
+    done bigint;
+BEGIN
+    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
+        done := NULL;
+        IF p_state[j] = 1 THEN
+            UPDATE idemdb_requests q SET state = 1
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        ELSIF p_state[j] IN (2, 3) THEN
+            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
+                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
+                checkpoint_phase = NULL, checkpoint_state = NULL
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        END IF;
+        IF done IS NOT NULL THEN
+            ord := j;
+            lease_until := done;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+";
 
 /// The schema version this build reads and writes.
 pub(crate) fn current_version() -> i32 {

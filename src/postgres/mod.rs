@@ -633,14 +633,6 @@ impl PgStore {
         .await
     }
 
-    /// As [`PgStore::query`], for a statement that answers many rows, sent unnamed in either
-    /// mode (planned at every call: the coalesced statements, whose best plan depends on how
-    /// large the table is now).
-    async fn query_rows_unnamed(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
-        self.query_rows_in(StatementMode::Unnamed, sql, params)
-            .await
-    }
-
     /// As [`PgStore::query`], for a statement that answers many rows, sent in `mode`.
     async fn query_rows_in(
         &self,

@@ -633,7 +633,8 @@ impl Kind for Holders {
         }
         let now = store.now_param();
         let rows = store
-            .query_rows_unnamed(
+            .query_rows_in(
+                store.mode,
                 statements::HOLDER_BATCH,
                 &[
                     &ns, &tenants, &keys, &fences, &states, &bodies, &meta, &from, &to, &now,
@@ -642,7 +643,7 @@ impl Kind for Holders {
             .await?;
         let mut out: Vec<Option<i64>> = vec![None; calls.len()];
         for row in rows {
-            let at = slot(&sorted, row.get("ord"))?;
+            let at = slot(&sorted, i64::from(row.get::<_, i32>("ord")))?;
             if let Some(o) = out.get_mut(at) {
                 *o = Some(row.get("lease_until"));
             }

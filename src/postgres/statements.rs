@@ -217,35 +217,18 @@ pub(crate) const RENEW: &str = holder!(
 pub(crate) const CHECKPOINT: &str =
     holder!("checkpoint_phase = $6::text, checkpoint_state = $7::bytea");
 
-/// Holder calls that end a lease, for many keys at once (coalesced, `coalesce.rs`): $1
-/// namespaces, $2 tenants, $3 keys, $4 fences, $5 the new states (1 released, 2 completed, 3
-/// failed), $6 response bodies (`NULL` for a release), $7 every call's metadata in one flat
-/// array, $8 and $9 where each call's metadata starts and ends in it (1-based, inclusive; an
-/// empty range is empty metadata), $10 test clock. Each row changes as [`COMPLETE`], [`FAIL`] or
-/// [`RELEASE`] would change it, under the same condition (the pending row with the lease's
-/// fence, not expired); one row per call that applied (its `ord`, the lease's end). A call that
-/// applied to nothing asks alone, and learns why. Sent unnamed in either mode, planned at every
-/// call with the table's current size: an `UPDATE`'s join to its target has no shape that stays
-/// a key probe whatever the statistics say.
-pub(crate) const HOLDER_BATCH: &str = concat!(
-    "UPDATE idemdb_requests q SET state = i.state,
-    finished_at = CASE WHEN i.state = 1 THEN q.finished_at ELSE ",
-    now_expr!("$10"),
-    " END,
-    response_body = CASE WHEN i.state = 1 THEN q.response_body ELSE i.body END,
-    response_meta = CASE WHEN i.state = 1 THEN q.response_meta
-        ELSE ($7::text[])[i.meta_from:i.meta_to] END,
-    checkpoint_phase = CASE WHEN i.state = 1 THEN q.checkpoint_phase END,
-    checkpoint_state = CASE WHEN i.state = 1 THEN q.checkpoint_state END
-FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bigint[], $5::smallint[], $6::bytea[],
-    $8::integer[], $9::integer[]) WITH ORDINALITY AS i(ns, tenant, key, fence, state, body,
-    meta_from, meta_to, ord)
-WHERE q.ns = i.ns AND q.tenant = i.tenant AND q.key = i.key AND q.fence = i.fence
-  AND q.state = 0 AND q.expires_at > ",
-    now_expr!("$10"),
-    "
-RETURNING i.ord, q.lease_until"
-);
+/// Holder calls that end a lease, for many keys at once (coalesced, `coalesce.rs`): one call of
+/// migration 5's `idemdb_end_leases`. $1 namespaces, $2 tenants, $3 keys, $4 fences, $5 the new
+/// states (1 released, 2 completed, 3 failed), $6 response bodies (`NULL` for a release), $7
+/// every call's metadata in one flat array, $8 and $9 where each call's metadata starts and ends
+/// in it (1-based, inclusive; an empty range is empty metadata), $10 test clock. Each row changes
+/// as [`COMPLETE`], [`FAIL`] or [`RELEASE`] would change it, by the same `UPDATE` under the same
+/// condition (the pending row with the lease's fence, not expired); one row per call that
+/// applied (its `ord`, the lease's end). A call that applied to nothing asks alone, and learns
+/// why. Sent in the store's mode: the function's statements are planned once per connection.
+pub(crate) const HOLDER_BATCH: &str = "SELECT ord, lease_until FROM idemdb_end_leases(\
+    $1::smallint[], $2::bytea[], $3::bytea[], $4::bigint[], $5::smallint[], $6::bytea[], \
+    $7::text[], $8::integer[], $9::integer[], $10::bigint)";
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
 /// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the

@@ -32,7 +32,10 @@ async fn postgres() {
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && out.contains("not applied"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url]);
-    assert!(ok && out.contains("ran schema steps [1, 2, 3, 4]"), "{out}");
+    assert!(
+        ok && out.contains("ran schema steps [1, 2, 3, 4, 5]"),
+        "{out}"
+    );
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
     assert!(ok && !out.contains("not applied"), "{out}");
 
@@ -122,7 +125,10 @@ async fn postgres() {
     drop(store);
 
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--to", "0"]);
-    assert!(ok && out.contains("ran schema steps [4, 3, 2, 1]"), "{out}");
+    assert!(
+        ok && out.contains("ran schema steps [5, 4, 3, 2, 1]"),
+        "{out}"
+    );
     let (ok, out) = idemdb(&["inspect", "--postgres", &url, "acme", "k1"]);
     assert!(
         !ok && out.contains("idemdb migrate --postgres URL"),

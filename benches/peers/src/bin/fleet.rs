@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
-//!     [--only pg,pg-tier,recipe,redis,embedded] [--idemdb-options sslmode=disable] [--smoke]
+//!     [--only pg,pg-coalesce,pg-tier,recipe,redis,embedded,dbos] [--idemdb-options sslmode=disable]
+//!     [--coalesce-in-flight N] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
@@ -23,7 +24,9 @@
 //! replay tier and the recipe each use their own schema (created and dropped here), with
 //! `synchronous_commit` as the server has it (stated in the output); one pooled connection per
 //! task for each, up to 24. idemdb runs twice: one statement per call (the default, as the
-//! recipe) and coalescing concurrent calls into one statement (`pg-coalesce`).
+//! recipe) and coalescing concurrent calls into one statement (`pg-coalesce`). `dbos` (only when
+//! named in `--only`) is a DBOS workflow of one step per payment, run by `benches/dbos-peer` in a
+//! process of its own (see [`Dbos`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +51,9 @@ struct Settings {
     /// recipe's client connects; `sslmode=require` measures TLS, `statement_mode=unnamed` the
     /// pooler mode.
     idem_opts: String,
+    /// `--coalesce-in-flight N`: `Config::coalesce_in_flight` of `pg-coalesce` (the library's
+    /// default when not given).
+    in_flight: Option<usize>,
 }
 
 fn parse_args() -> R<Settings> {
@@ -57,6 +63,7 @@ fn parse_args() -> R<Settings> {
         rounds: 6,
         only: Vec::new(),
         idem_opts: "sslmode=disable".into(),
+        in_flight: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -77,6 +84,13 @@ fn parse_args() -> R<Settings> {
             }
             "--only" => s.only = value()?.split(',').map(str::to_owned).collect(),
             "--idemdb-options" => s.idem_opts = value()?,
+            "--coalesce-in-flight" => {
+                s.in_flight = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--coalesce-in-flight: {e}"))?,
+                )
+            }
             "--smoke" => {
                 s.keys = 64;
                 s.tasks = vec![1, 4];
@@ -92,7 +106,15 @@ fn parse_args() -> R<Settings> {
 trait System: Send + Sync {
     fn claim_complete<'a>(&'a self, key: &'a str) -> BoxFut<'a>;
     fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a>;
+    /// A system measured by a process of its own runs a whole phase there: its per-key
+    /// latencies (µs) and wall time. `None`: the phase runs here, key by key.
+    fn phase(&self, _keys: &[String], _tasks: usize, _replay: bool) -> Option<R<Measured>> {
+        None
+    }
 }
+
+/// A phase's per-key latencies (µs) and its wall time.
+type Measured = (Vec<u64>, Duration);
 
 type BoxFut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = R<()>> + Send + 'a>>;
 
@@ -319,6 +341,111 @@ impl System for RedisRecipe {
     }
 }
 
+/// DBOS Transact for Rust (the `dbos` crate): each payment a workflow of one step whose workflow
+/// ID is the key, a replay the same workflow started again (DBOS answers it from its system
+/// database without running the step). It runs in a process of its own, `benches/dbos-peer`
+/// (its own crate, outside the workspace, so that neither the library nor this harness depends
+/// on sqlx), driven over its stdin and stdout: `cc|rp <tasks> <prefix> <n>`, answered by `ok
+/// <elapsed µs> <latency µs>...`.
+struct Dbos {
+    child: std::sync::Mutex<(
+        std::process::Child,
+        std::process::ChildStdin,
+        std::io::BufReader<std::process::ChildStdout>,
+    )>,
+}
+
+impl Dbos {
+    /// Starts the peer: `IDEMDB_DBOS_PEER`, or its build in its own target directory.
+    fn start() -> R<Dbos> {
+        let path = std::env::var("IDEMDB_DBOS_PEER").unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/idemdb-dbos-target/release/dbos-peer",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        });
+        // A pool as large as the other systems' (the server's 100 connections hold them all).
+        let mut child = std::process::Command::new(&path)
+            .args(["--pool", "24"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start the DBOS peer {path} ({e}); build it with `cd \
+                     benches/dbos-peer && CARGO_TARGET_DIR=$HOME/.cache/idemdb-dbos-target \
+                     cargo build --release`"
+                )
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("the DBOS peer's pipes were not opened".into());
+        };
+        Ok(Dbos {
+            child: std::sync::Mutex::new((child, stdin, std::io::BufReader::new(stdout))),
+        })
+    }
+}
+
+impl System for Dbos {
+    fn claim_complete<'a>(&'a self, _key: &'a str) -> BoxFut<'a> {
+        Box::pin(async { Err("the DBOS peer runs whole phases only".into()) })
+    }
+
+    fn replay<'a>(&'a self, _key: &'a str) -> BoxFut<'a> {
+        Box::pin(async { Err("the DBOS peer runs whole phases only".into()) })
+    }
+
+    fn phase(&self, keys: &[String], tasks: usize, replay: bool) -> Option<R<Measured>> {
+        use std::io::{BufRead, Write};
+        let prefix = keys.first().and_then(|k| k.strip_suffix("-0"))?.to_string();
+        if keys
+            .iter()
+            .enumerate()
+            .any(|(i, k)| *k != format!("{prefix}-{i}"))
+        {
+            return Some(Err(format!("keys not of the form {prefix}-i")));
+        }
+        let run = || -> R<Measured> {
+            let mut g = self.child.lock().map_err(|_| "DBOS peer lock poisoned")?;
+            let (_, stdin, stdout) = &mut *g;
+            let cmd = if replay { "rp" } else { "cc" };
+            writeln!(stdin, "{cmd} {tasks} {prefix} {}", keys.len())
+                .and_then(|()| stdin.flush())
+                .map_err(|e| format!("DBOS peer: {e}"))?;
+            let mut line = String::new();
+            stdout
+                .read_line(&mut line)
+                .map_err(|e| format!("DBOS peer: {e}"))?;
+            let mut words = line.split_whitespace();
+            if words.next() != Some("ok") {
+                return Err(format!("DBOS peer: {}", line.trim()));
+            }
+            let num = |w: &str| w.parse::<u64>().map_err(|e| format!("DBOS peer: {w}: {e}"));
+            let elapsed = num(words.next().ok_or("DBOS peer: no elapsed time")?)?;
+            let lat = words.map(num).collect::<R<Vec<u64>>>()?;
+            if lat.len() != keys.len() {
+                return Err(format!(
+                    "DBOS peer: {} latencies for {} keys",
+                    lat.len(),
+                    keys.len()
+                ));
+            }
+            Ok((lat, Duration::from_micros(elapsed)))
+        };
+        Some(run())
+    }
+}
+
+impl Drop for Dbos {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Ok(g) = self.child.get_mut() {
+            let _ = writeln!(g.1, "quit").and_then(|()| g.1.flush());
+            let _ = g.0.wait();
+        }
+    }
+}
+
 /// Runs `op` over `keys`, split over `tasks` concurrent tasks; per-key latencies (µs) and the
 /// wall time.
 async fn run(
@@ -327,6 +454,17 @@ async fn run(
     tasks: usize,
     replay: bool,
 ) -> R<(Vec<u64>, Duration)> {
+    if let Some(m) = {
+        let (sys, keys) = (sys.clone(), keys.clone());
+        tokio::task::spawn_blocking(move || sys.phase(&keys, tasks, replay))
+            .await
+            .map_err(|e| e.to_string())?
+    } {
+        return m.map(|(mut lat, t)| {
+            lat.sort_unstable();
+            (lat, t)
+        });
+    }
     let start = Instant::now();
     let mut handles = Vec::new();
     for t in 0..tasks {
@@ -502,7 +640,11 @@ async fn main_async(s: Settings) -> R<()> {
         ))
         .pool_size(conns)
         .sweep_interval(None)
-        .coalescing(true)
+        .coalescing(true);
+        let coalescing = match s.in_flight {
+            Some(n) => coalescing.coalesce_in_flight(n),
+            None => coalescing,
+        }
         .open_async()
         .await
         .map_err(|e| e.to_string())?;
@@ -527,7 +669,13 @@ async fn main_async(s: Settings) -> R<()> {
             .await
             .map_err(|e| e.to_string())?;
         let coalescing_store = coalescing.clone();
-        let entries = vec![
+        // The DBOS peer only when asked for by name: it is built outside the workspace.
+        let dbos = if s.only.iter().any(|o| o == "dbos") {
+            Some(Dbos::start()?)
+        } else {
+            None
+        };
+        let mut entries = vec![
             Entry::new(
                 ("pg", "idemdb on PostgreSQL"),
                 Idem(idem),
@@ -565,6 +713,14 @@ async fn main_async(s: Settings) -> R<()> {
                 run_id.clone(),
             ),
         ];
+        if let Some(d) = dbos {
+            entries.push(Entry::new(
+                ("dbos", "DBOS workflow, one step"),
+                d,
+                false,
+                format!("{run_id}d"),
+            ));
+        }
         let entries = entries
             .into_iter()
             .filter(|e| s.only.is_empty() || s.only.iter().any(|o| o == e.id))
