@@ -267,8 +267,8 @@ impl PgStore {
             ];
             self.query(sql, &params).await
         };
-        // Coalescing: the first statement goes at once when the pool has a connection for it (or
-        // no claim is in flight), else in the next batch ([`statements::CLAIM_BATCH`], whose row
+        // Coalescing: the first statement goes at once while few claims are in flight (see
+        // `Coalescer::enter`), else in the next batch ([`statements::CLAIM_BATCH`], whose row
         // answers as this one's would).
         let mut first = None;
         if self.coalescing {
@@ -373,8 +373,8 @@ impl PgStore {
         }
         let ns_c = ns_code(lease.ns);
         let fence = to_i64("fence", lease.fence)?;
-        // Coalescing a lease's end: alone at once when the pool has a connection for it (the
-        // one-call path below, holding the turn until it ends), else in the next batch; a call
+        // Coalescing a lease's end: alone at once while few are in flight (the one-call path
+        // below, holding the turn until it ends), else in the next batch; a call
         // the batch did not apply takes the one-call path too, which says why.
         let _lead;
         if let (true, Some(call)) = (self.coalescing, HolderRow::of(lease, fence, &change)) {

@@ -1,7 +1,7 @@
 //! A configuration the database refuses is an error that says what to fix and is not transient
 //! (`Error::ConnectionRejected`, `InvalidInput::Config`): a wrong password, a database that does
 //! not exist, a URL that does not parse, an `sslmode` idemdb does not know, TLS required of a
-//! server that has none. A server that is away is `Unavailable`, and transient.
+//! server that has none, coalescing's limits out of range. A server that is away is `Unavailable`, and transient.
 
 use idemdb::{Config, Error, InvalidInput};
 
@@ -64,6 +64,26 @@ async fn postgres() {
             Err(e @ Error::InvalidInput(InvalidInput::Config(_))) => assert!(!e.is_transient()),
             other => panic!(
                 "{url}: InvalidInput::Config expected, got {:?}",
+                other.err()
+            ),
+        }
+    }
+
+    // Coalescing's limits out of range: refused before anything connects, naming the setting.
+    let base = || Config::postgres("postgres://postgres@127.0.0.1:5432/test").sweep_interval(None);
+    for (cfg, setting) in [
+        (base().coalesce_in_flight(0), "coalesce_in_flight"),
+        (base().coalesce_in_flight(5000), "coalesce_in_flight"),
+        (base().coalesce_limits(0, 1024), "coalesce_limits"),
+        (base().coalesce_limits(16, 0), "coalesce_limits"),
+    ] {
+        match cfg.coalescing(true).open_async().await {
+            Err(e @ Error::InvalidInput(InvalidInput::Config(_))) => {
+                assert!(!e.is_transient());
+                assert!(e.to_string().contains(setting), "{e}");
+            }
+            other => panic!(
+                "{setting}: InvalidInput::Config expected, got {:?}",
                 other.err()
             ),
         }
