@@ -105,8 +105,8 @@ impl Settings {
             coalesce_limits: CoalesceLimits {
                 rows: 128,
                 bytes: 1 << 20,
-                // Statements of a kind in flight before calls queue (measured against 2, 8 and
-                // the whole pool: docs/benchmarks.md, "Coalesced statements").
+                // Statements of a kind in flight before calls queue (measured against 2 and the
+                // whole pool: docs/benchmarks.md, "Coalesced statements, second part").
                 in_flight: 4,
             },
         }
