@@ -453,7 +453,7 @@ async fn run(
     keys: Arc<Vec<String>>,
     tasks: usize,
     replay: bool,
-) -> R<(Vec<u64>, Duration)> {
+) -> R<Measured> {
     if let Some(m) = {
         let (sys, keys) = (sys.clone(), keys.clone());
         tokio::task::spawn_blocking(move || sys.phase(&keys, tasks, replay))
