@@ -202,7 +202,7 @@ impl AsyncStore {
             Backend::Postgres(pg) => {
                 let checked = match pg.claim_here(ns, tenant, key, fingerprint, opts) {
                     crate::postgres::ClaimAsk::Answered(answer) => return answer,
-                    crate::postgres::ClaimAsk::Database(lease, retention) => (lease, retention),
+                    crate::postgres::ClaimAsk::Database(checked) => checked,
                 };
                 // Run to its end even if this caller goes away, then release what it acquired.
                 let (pg, t, k, f) = (

@@ -71,6 +71,8 @@ pub(crate) struct Settings {
     pub(crate) tls_roots: Option<TlsRoots>,
     pub(crate) statement_mode: Option<StatementMode>,
     pub(crate) synchronous_commit: Option<SynchronousCommit>,
+    /// A new key's claim commits without waiting for its WAL flush (`Config::buffered_claims`).
+    pub(crate) buffered_claims: bool,
     /// Concurrent claims and lease ends coalesced into one statement, and the caps on one.
     pub(crate) coalescing: bool,
     pub(crate) coalesce_limits: CoalesceLimits,
@@ -100,6 +102,9 @@ impl Settings {
             tls_roots: None,
             statement_mode: None,
             synchronous_commit: None,
+            // Off: a claim lost in a server crash or a failover while its holder lives lets a
+            // retry run the operation again (docs/design.md, "One WAL flush per request").
+            buffered_claims: false,
             // Off until it is never slower (docs/benchmarks.md, "Coalesced statements").
             coalescing: false,
             coalesce_limits: CoalesceLimits {

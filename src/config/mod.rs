@@ -210,6 +210,28 @@ impl Config {
         self
     }
 
+    /// PostgreSQL only: whether a claim that inserts a new key's pending row commits without
+    /// waiting for its WAL flush (`synchronous_commit` off for that transaction alone). The
+    /// completion's commit, which waits for its flush, makes the claim durable with it (both are
+    /// in the one WAL, the claim first): one flushed commit per request instead of two, as the
+    /// embedded store writes once per request (docs/design.md, "One WAL flush per request";
+    /// measured in docs/benchmarks.md). Fencing tokens stay unique and increasing: a buffered
+    /// claim takes one from a block the store drew with a flushed commit. What it gives up: if
+    /// the database server crashes (or fails over) within moments of a claim, before anything
+    /// flushed it, the pending row is lost while its holder may still be running; the holder's
+    /// completion is then refused (`LeaseLost::Gone`), and a retry acquires the key and runs the
+    /// operation again. Leave it off where an operation must never run twice even then; claims
+    /// with [`crate::ClaimOptions::durable_pending`] and consumer messages always wait for
+    /// their flush. Default: off.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn buffered_claims(mut self, on: bool) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.buffered_claims = on;
+        }
+        self
+    }
+
     /// PostgreSQL only: the most calls one coalesced statement carries, and about the most
     /// bytes of their values (keys, fingerprints, responses; a call larger than `bytes` goes
     /// alone). Default: 128 calls, 1 MiB.

@@ -8,8 +8,10 @@
 //!   decision already made;
 //! - times come from the database server's clock (`clock_timestamp()`, in milliseconds), read
 //!   once per statement, so instances with skewed clocks agree on every lease and expiry;
-//! - fencing tokens come from one database sequence, taken when the row is locked, so they
-//!   strictly increase for every key;
+//! - fencing tokens come from one database sequence, drawn when the row is locked or, for a
+//!   buffered claim (`Config::buffered_claims`: a new key's claim that does not wait for its WAL
+//!   flush), from a block this store drew with a flushed commit (`fences.rs`), so they strictly
+//!   increase for every key and no server crash makes the sequence hand one out twice;
 //! - one round trip per operation in the common cases (prepared statements): a new key, a replay,
 //!   a live lease, a completion; a second for a takeover (the function), for a holder whose lease
 //!   was lost (the read that says why), and when a concurrent writer changed the row between the
@@ -22,6 +24,7 @@ mod causal;
 mod coalesce;
 mod commit;
 mod entities;
+mod fences;
 pub(crate) mod migrations;
 mod offsets;
 mod pool;
@@ -166,6 +169,12 @@ pub(crate) struct PgStore {
     coalescing: bool,
     claims: coalesce::Coalescer<requests::Claims>,
     holders: coalesce::Coalescer<requests::Holders>,
+    /// Whether new keys' claims commit without waiting for their flush
+    /// (`Config::buffered_claims`), and the fencing tokens drawn for them (`fences.rs`).
+    buffered: bool,
+    fences: fences::Fences,
+    /// How often recent claims found their row: whether the next one reads first.
+    hits: requests::Hits,
 }
 
 fn ns_code(ns: Namespace) -> i16 {
@@ -546,6 +555,9 @@ impl PgStore {
             coalescing: s.coalescing,
             claims: coalesce::Coalescer::new(s.coalesce_limits),
             holders: coalesce::Coalescer::new(s.coalesce_limits),
+            buffered: s.buffered_claims,
+            fences: fences::Fences::default(),
+            hits: requests::Hits::default(),
         })
     }
 

@@ -5,6 +5,7 @@
 //! pending`; each call is counted and traced as the embedded store counts and traces it; the
 //! replay tier answers only replays, and forgets what `forget` deletes.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -35,8 +36,18 @@ type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
 pub(crate) enum ClaimAsk {
     /// Here, at once: refused arguments, or a replay from the local tier (counted and traced).
     Answered(Result<Claim>),
-    /// By the database, with the checked lease and retention in milliseconds.
-    Database(Millis, Millis),
+    /// By the database, with the checked arguments.
+    Database(Checked),
+}
+
+/// A claim's arguments as checked: its lease and retention in milliseconds, and whether its
+/// pending record must be durable when the claim answers (`ClaimOptions::durable_pending`,
+/// consumer messages) rather than made durable by the completion's flush.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checked {
+    lease_ms: Millis,
+    retention_ms: Millis,
+    durable: bool,
 }
 
 impl Postgres {
@@ -70,7 +81,11 @@ impl Postgres {
                 return ClaimAsk::Answered(op.end_with(Ok(answer), Claim::outcome));
             }
         }
-        ClaimAsk::Database(lease_ms, retention_ms)
+        ClaimAsk::Database(Checked {
+            lease_ms,
+            retention_ms,
+            durable: opts.durable_pending,
+        })
     }
 
     /// The claim's statement, in its span; counted, and a finished record put in the tier.
@@ -80,12 +95,12 @@ impl Postgres {
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
-        (lease_ms, retention_ms): (Millis, Millis),
+        checked: Checked,
     ) -> Result<Claim> {
         let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
         let claim = self
             .sql
-            .claim(ns, tenant, key, fingerprint, lease_ms, retention_ms)
+            .claim(ns, tenant, key, fingerprint, checked)
             .await
             .map(|(claim, expires_at, now)| {
                 self.metrics.count_claim(&claim);
@@ -230,33 +245,95 @@ pub(super) async fn sweep_in_background(
 impl PgStore {
     /// Claims a key: one statement decides (acquire, or not); its answer tells what was found,
     /// with the record's expiry and the database's time when it is a finished record (for the
-    /// replay tier; zeros otherwise).
-    #[allow(clippy::too_many_arguments)]
+    /// replay tier; zeros otherwise). A buffered claim (`Config::buffered_claims`, not
+    /// `durable`) takes its fencing token from the store's block first, and gives it back if it
+    /// did not insert a row with it.
     pub(crate) async fn claim(
         self: &Arc<Self>,
         ns: Namespace,
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
-        lease_ms: u64,
-        retention_ms: u64,
+        checked: Checked,
+    ) -> Result<(Claim, Millis, Millis)> {
+        let prepared = self.mode == StatementMode::Prepared;
+        let buffered = self.buffered && !checked.durable;
+        // Most recent claims found their row (a run of retries): read it first, a plain
+        // `SELECT`; a row is decided from as the claim's own read would be, no row goes on to
+        // the claim. While calls wait for connections, a coalesced claim answers replays in
+        // batches instead.
+        let mut read = None;
+        if prepared && self.hits.likely() && (!self.coalescing || super::pool::has_room(&self.pool))
+        {
+            let now = self.now_param();
+            let ns_c = ns_code(ns);
+            read = self
+                .query(statements::CLAIM_READ, &[&ns_c, &tenant, &key, &now])
+                .await?;
+        }
+        // With buffered claims on, every claim that may insert takes its token from the block
+        // (a durable one too: tokens a store hands out must increase, and a token drawn past the
+        // block would end the block).
+        let token = match self.buffered && read.is_none() {
+            true => Some(self.take_fence().await?),
+            false => None,
+        };
+        let answer = self
+            .claim_with(
+                ns,
+                tenant,
+                key,
+                fingerprint,
+                (checked, buffered),
+                token,
+                read,
+            )
+            .await;
+        if let Ok((claim, _, _)) = &answer {
+            self.hits.note(!matches!(claim, Claim::Acquired(_)));
+        }
+        // Not used: a row was found (or taken over, with a token of the function's). On an
+        // error the statement may have committed with it: it is not given back.
+        if let (Some(t), Ok((claim, _, _))) = (token, &answer) {
+            if !matches!(claim, Claim::Acquired(l) if i64::try_from(l.fence) == Ok(t)) {
+                self.untake_fence(t);
+            }
+        }
+        // A token drawn past the block (a takeover's) ends what is left of the block below it.
+        if let Ok((Claim::Acquired(l), _, _)) = &answer {
+            self.issued(l.fence);
+        }
+        answer
+    }
+
+    /// [`PgStore::claim`] with its token (`None`: a durable claim, the unnamed mode, or a row
+    /// read first) and the row it read first, if any.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_with(
+        self: &Arc<Self>,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        (checked, buffered): (Checked, bool),
+        token: Option<i64>,
+        read: Option<Row>,
     ) -> Result<(Claim, Millis, Millis)> {
         let (lease_ms, retention_ms) = (
-            to_i64("lease", lease_ms)?,
-            to_i64("retention", retention_ms)?,
+            to_i64("lease", checked.lease_ms)?,
+            to_i64("retention", checked.retention_ms)?,
         );
         let ns_c = ns_code(ns);
         // The common cases (a new key, a finished record, a live lease, another fingerprint) are
         // decided by the first statement; a row that looks acquirable goes to the function.
         // Unnamed statements are planned at every call: the function's statements are planned
         // once per server connection and cached there (measured: docs/benchmarks.md).
-        let mut sql = match self.mode {
-            StatementMode::Prepared => statements::CLAIM_FAST,
-            StatementMode::Unnamed => statements::CLAIM,
-        };
-        let run = |sql: &'static str| async move {
+        // A buffered claim sends the statement in either mode (unnamed, it is planned at every
+        // call: the flush it saves is worth more).
+        let mut fast = self.mode == StatementMode::Prepared || buffered;
+        let run = |fast: bool| async move {
             let now = self.now_param();
-            let params: [&dyn Param; 7] = [
+            let params: [&dyn Param; 9] = [
                 &ns_c,
                 &tenant,
                 &key,
@@ -264,14 +341,19 @@ impl PgStore {
                 &lease_ms,
                 &retention_ms,
                 &now,
+                &token,
+                &buffered,
             ];
-            self.query(sql, &params).await
+            match fast {
+                true => self.query(statements::CLAIM_FAST, &params).await,
+                false => self.query(statements::CLAIM, &params[..7]).await,
+            }
         };
+        let mut first = read.map(Some);
         // Coalescing: the first statement goes at once while few claims are in flight (see
         // `Coalescer::enter`), else in the next batch ([`statements::CLAIM_BATCH`], whose row
         // answers as this one's would).
-        let mut first = None;
-        if self.coalescing {
+        if self.coalescing && first.is_none() {
             let call = || ClaimCall {
                 ns: ns_c,
                 tenant: tenant.to_vec(),
@@ -279,10 +361,12 @@ impl PgStore {
                 fingerprint: fingerprint.to_vec(),
                 lease_ms,
                 retention_ms,
+                fence: token,
+                buffered,
             };
             first = Some(match Coalescer::<Claims>::enter(self, call) {
                 Turn::Alone(lead) => {
-                    let row = run(sql).await;
+                    let row = run(fast).await;
                     drop(lead);
                     row?
                 }
@@ -292,7 +376,7 @@ impl PgStore {
         for _ in 0..RERUNS {
             let row = match first.take() {
                 Some(row) => row,
-                None => run(sql).await?,
+                None => run(fast).await?,
             };
             // No row, or no decision: the key's row was inserted or changed by another claim
             // after the statement's snapshot; run the claim again to read it.
@@ -330,7 +414,7 @@ impl PgStore {
             let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
             let state: Option<i16> = row.get("state");
             if expires_at <= now {
-                sql = statements::CLAIM; // expired: taken under the row lock
+                fast = false; // expired: taken under the row lock
                 continue;
             }
             if stored_fp.as_deref() != Some(fingerprint) {
@@ -349,7 +433,7 @@ impl PgStore {
                     ))
                 }
                 // Released, or a lease run out: taken under the row lock.
-                Some(PENDING | RELEASED) => sql = statements::CLAIM,
+                Some(PENDING | RELEASED) => fast = false,
                 other => {
                     return Err(crate::error::corrupted(
                         "request row",
@@ -494,6 +578,28 @@ impl PgStore {
     }
 }
 
+/// How often recent claims found their key's row (an average over about the last 16, in
+/// 1/65,536ths): while most did, a claim reads first ([`statements::CLAIM_READ`]). Updated
+/// without a lock; a lost update only nudges the guess.
+#[derive(Default)]
+pub(crate) struct Hits(AtomicU32);
+
+impl Hits {
+    const ONE: u32 = 1 << 16;
+
+    /// Whether more than three claims in four found their row lately: a read first then saves
+    /// the server the claim's insert branch more often than it costs a second round trip.
+    fn likely(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > Self::ONE / 4 * 3
+    }
+
+    fn note(&self, found: bool) {
+        let p = self.0.load(Ordering::Relaxed);
+        let to = if found { Self::ONE } else { 0 };
+        self.0.store(p - p / 16 + to / 16, Ordering::Relaxed);
+    }
+}
+
 /// A claim's first statement, queued for a coalesced one.
 pub(crate) struct ClaimCall {
     ns: i16,
@@ -502,6 +608,10 @@ pub(crate) struct ClaimCall {
     fingerprint: Vec<u8>,
     lease_ms: i64,
     retention_ms: i64,
+    /// Its token from the store's block (`None`: drawn by the statement).
+    fence: Option<i64>,
+    /// Whether it may commit without waiting for its flush (a batch does only if all may).
+    buffered: bool,
 }
 
 /// Claims coalesced: [`statements::CLAIM_BATCH`]; each call's row as [`statements::CLAIM_FAST`]
@@ -532,12 +642,24 @@ impl Kind for Claims {
         let fps: Vec<&[u8]> = sorted.iter().map(|(_, c)| &c.fingerprint[..]).collect();
         let leases: Vec<i64> = sorted.iter().map(|(_, c)| c.lease_ms).collect();
         let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
+        let fences: Vec<Option<i64>> = sorted.iter().map(|(_, c)| c.fence).collect();
+        let buffered = sorted.iter().all(|(_, c)| c.buffered);
         let now = store.now_param();
         let rows = store
             .query_rows_in(
                 store.mode,
                 statements::CLAIM_BATCH,
-                &[&ns, &tenants, &keys, &fps, &leases, &retentions, &now],
+                &[
+                    &ns,
+                    &tenants,
+                    &keys,
+                    &fps,
+                    &leases,
+                    &retentions,
+                    &now,
+                    &fences,
+                    &buffered,
+                ],
             )
             .await?;
         let mut out: Vec<Option<Row>> = calls.iter().map(|_| None).collect();

@@ -50,6 +50,7 @@ typed!(
     Vec<i16> => INT2_ARRAY,
     Vec<i32> => INT4_ARRAY,
     Vec<i64> => INT8_ARRAY,
+    Vec<Option<i64>> => INT8_ARRAY,
     Vec<&str> => TEXT_ARRAY,
     Vec<&[u8]> => BYTEA_ARRAY,
     Vec<Option<&[u8]>> => BYTEA_ARRAY,

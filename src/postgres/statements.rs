@@ -64,7 +64,9 @@ macro_rules! claim_columns {
     };
 }
 
-/// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock.
+/// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock, $8
+/// the claim's fencing token from its store's block (`NULL`: drawn here), $9 whether the claim is
+/// buffered.
 /// The claim's first statement, for the two common cases, shaped like the hand-written recipe:
 /// the key's row is read first (`r`); only when there is none, a new row is inserted pending
 /// (`ON CONFLICT DO NOTHING`: of concurrent inserts exactly one wins) and answers `acquired`. An
@@ -77,6 +79,12 @@ macro_rules! claim_columns {
 /// shape of this statement), every replay drew a token, and every 32nd one wrote the sequence's
 /// WAL and waited for its flush (pgbench, one client: replays 0.224 to 0.238 ms on average
 /// against 0.191 to 0.211 with this shape; docs/benchmarks.md, "The claim reads first").
+///
+/// A buffered claim (`$9`; its token `$8` from the store's block, `fences.rs`) commits without
+/// waiting for its WAL flush (`synchronous_commit` off for its transaction alone): the
+/// completion's flushed commit, later in the same WAL, makes the pending row durable with it.
+/// One flushed commit per request instead of two (docs/design.md, "One WAL flush per request").
+/// Any other claim waits for its flush, as the server's setting says.
 pub(crate) const CLAIM_FAST: &str = concat!(
     "WITH r AS (
     SELECT false AS acquired, ",
@@ -91,10 +99,11 @@ ins AS (
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
-    " + $6::bigint, idemdb_fence_next(), 1, 0, 0, ",
+    " + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, ",
     now_expr!("$7"),
     " + $5::bigint, false
     WHERE NOT EXISTS (SELECT 1 FROM r)
+      AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ON CONFLICT DO NOTHING
     RETURNING true AS acquired, ",
     claim_columns!("q"),
@@ -104,10 +113,25 @@ UNION ALL
 SELECT * FROM r"
 );
 
+/// $1 ns, $2 tenant, $3 key, $4 test clock: the read branch of [`CLAIM_FAST`] alone, a plain
+/// primary-key `SELECT` (no insert branch to set up). A claim that expects to find its key's row
+/// (most recent claims did: a run of retries) asks this first and is answered from the row when
+/// it answers without a write (a replay, a mismatch, a live lease), as [`CLAIM_FAST`] would
+/// answer from the same read; no row goes on to [`CLAIM_FAST`] (a second round trip, the cost of
+/// a wrong guess), and a row that looks acquirable to [`CLAIM`].
+pub(crate) const CLAIM_READ: &str = concat!(
+    "SELECT false AS acquired, ",
+    claim_columns!("r"),
+    ", ",
+    now_expr!("$4"),
+    " AS now FROM idemdb_requests r WHERE r.ns = $1::smallint AND r.tenant = $2::bytea AND r.key = $3::bytea"
+);
+
 /// [`CLAIM_FAST`] for many keys at once (coalesced claims, `coalesce.rs`): $1 namespaces, $2
-/// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds (one element
-/// per call, no key twice, sorted by key so that concurrent batches lock in one order), $7 test
-/// clock. One row per call that has one, its `ord` (1-based position in the arrays) first, then
+/// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds, $8 tokens
+/// from the stores' blocks (`NULL`: drawn here; one element per call, no key twice, sorted by key
+/// so that concurrent batches lock in one order), $7 test clock, $9 whether every claim in it is
+/// buffered (then it commits without waiting for its flush). One row per call that has one, its `ord` (1-based position in the arrays) first, then
 /// the columns of [`CLAIM_FAST`]: a row inserted (`acquired`, its token drawn as the row is
 /// written), or the key's row as read; a call without a row (a concurrent insert after the
 /// snapshot) asks again alone, as does one whose row looks acquirable. Each key's row is read by
@@ -118,7 +142,8 @@ SELECT * FROM r"
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "WITH i AS (
     SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[],
-        $6::bigint[]) WITH ORDINALITY AS i(ns, tenant, key, fingerprint, lease_ms, retention_ms, ord)),
+        $6::bigint[], $8::bigint[])
+        WITH ORDINALITY AS i(ns, tenant, key, fingerprint, lease_ms, retention_ms, fence, ord)),
 r AS (
     SELECT i.ord, false AS acquired, ",
     claim_columns!("r"),
@@ -134,10 +159,11 @@ ins AS (
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
-    " + i.retention_ms, idemdb_fence_next(), 1, 0, 0, ",
+    " + i.retention_ms, COALESCE(i.fence, idemdb_fence_next()), 1, 0, 0, ",
     now_expr!("$7"),
     " + i.lease_ms, false
     FROM i WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.ord = i.ord)
+      AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ORDER BY i.ord
     ON CONFLICT DO NOTHING
     RETURNING q.ns, q.tenant, q.key, true AS acquired, ",
@@ -229,6 +255,12 @@ pub(crate) const CHECKPOINT: &str =
 pub(crate) const HOLDER_BATCH: &str = "SELECT ord, lease_until FROM idemdb_end_leases(\
     $1::smallint[], $2::bytea[], $3::bytea[], $4::bigint[], $5::smallint[], $6::bytea[], \
     $7::text[], $8::integer[], $9::integer[], $10::bigint)";
+
+/// $1 how many: a block of fencing tokens for buffered claims (`fences.rs`), in increasing
+/// order. More than 32 values, so `nextval` WAL-logs in the statement and its commit waits for
+/// the flush: no crash hands these tokens out again.
+pub(crate) const FENCE_BLOCK: &str =
+    "SELECT idemdb_fence_next() AS fence FROM generate_series(1, $1::integer) ORDER BY 1";
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
 /// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the

@@ -25,6 +25,13 @@ pub fn coalescing() -> bool {
     std::env::var("IDEMDB_TEST_COALESCING").map_or(true, |v| v != "off")
 }
 
+/// Whether the PostgreSQL stores under test buffer new keys' claims (`Config::buffered_claims`;
+/// `IDEMDB_TEST_BUFFERED=off` turns it off; `./scripts/test` runs the suite's PostgreSQL half
+/// both ways, with coalescing).
+pub fn buffered() -> bool {
+    std::env::var("IDEMDB_TEST_BUFFERED").map_or(true, |v| v != "off")
+}
+
 /// A store under test, its manual clock, and what to remove afterwards.
 pub struct Harness {
     pub store: AsyncStore,
@@ -63,7 +70,8 @@ impl Harness {
                 .clock(clock.clone())
                 .postgres_test_clock()
                 .pool_size(8)
-                .coalescing(coalescing()),
+                .coalescing(coalescing())
+                .buffered_claims(buffered()),
         );
         let store = cfg.open_async().await.unwrap();
         Harness {

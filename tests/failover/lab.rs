@@ -175,6 +175,12 @@ impl Lab {
         pg_lab(&["kill", self.dir(), "primary"]);
     }
 
+    /// `pg-lab start DIR primary`: starts the killed primary again on its port (crash recovery
+    /// first), as a primary; returns once it answers.
+    pub fn start_primary(&self) {
+        pg_lab(&["start", self.dir(), "primary"]);
+    }
+
     /// `pg-lab promote DIR`: returns `promoted_at` (epoch milliseconds, when the standby was
     /// seen out of recovery).
     pub fn promote(&self) -> u64 {
@@ -303,15 +309,36 @@ pub async fn open_with(
     connect_timeout: Duration,
     statement_timeout: Duration,
 ) -> idemdb::AsyncStore {
+    open_tuned(url, pool, lease, connect_timeout, statement_timeout, |c| c).await
+}
+
+/// As [`open`], with buffered claims (`Config::buffered_claims`).
+#[allow(dead_code)]
+pub async fn open_buffered(url: &str, pool: usize, lease: Duration) -> idemdb::AsyncStore {
+    let two = Duration::from_secs(2);
+    open_tuned(url, pool, lease, two, two, |c| c.buffered_claims(true)).await
+}
+
+/// As [`open_with`], the configuration changed by `tune` last.
+async fn open_tuned(
+    url: &str,
+    pool: usize,
+    lease: Duration,
+    connect_timeout: Duration,
+    statement_timeout: Duration,
+    tune: impl Fn(idemdb::Config) -> idemdb::Config,
+) -> idemdb::AsyncStore {
     let start = Instant::now();
     loop {
-        let opened = idemdb::Config::postgres(url)
-            .pool_size(pool)
-            .connect_timeout(connect_timeout)
-            .statement_timeout(statement_timeout)
-            .lease(lease)
-            .sweep_interval(None)
-            .open_async();
+        let opened = tune(
+            idemdb::Config::postgres(url)
+                .pool_size(pool)
+                .connect_timeout(connect_timeout)
+                .statement_timeout(statement_timeout)
+                .lease(lease)
+                .sweep_interval(None),
+        )
+        .open_async();
         match bounded(Duration::from_secs(60), "opening a store", opened).await {
             Ok(store) => return store,
             Err(e) if e.is_transient() && start.elapsed() < Duration::from_secs(60) => {

@@ -3,8 +3,9 @@ WITH r AS (
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
         fence, attempts, takeovers, state, lease_until, taken_over)
-    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, idemdb_fence_next(), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false
+    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false
     WHERE NOT EXISTS (SELECT 1 FROM r)
+      AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ON CONFLICT DO NOTHING
     RETURNING true AS acquired, q.fence, q.attempts, q.taken_over, q.lease_until, q.expires_at, q.checkpoint_phase, q.checkpoint_state, q.fingerprint, q.state, q.finished_at, q.response_body, q.response_meta, q.created_at AS now)
 SELECT * FROM ins

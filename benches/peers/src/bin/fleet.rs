@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
-//!     [--only pg,pg-coalesce,pg-tier,recipe,redis,embedded,dbos] [--idemdb-options sslmode=disable]
+//!     [--only pg,pg-coalesce,pg-tier,pg-buffered,pg-fast,recipe,recipe-select,redis,embedded,dbos]
+//!     [--idemdb-options sslmode=disable]
 //!     [--coalesce-in-flight N] [--smoke]
 //! ```
 //!
@@ -44,7 +45,9 @@ struct Settings {
     keys: usize,
     tasks: Vec<usize>,
     rounds: usize,
-    /// Only these systems (all when empty): `pg`, `pg-coalesce`, `pg-tier`, `recipe`, `redis`,
+    /// Only these systems (all when empty): `pg`, `pg-coalesce`, `pg-tier`, `pg-buffered`,
+    /// `pg-fast` (buffered claims and coalescing), `recipe`, `recipe-select` (replays as a plain
+    /// `SELECT`), `redis`,
     /// `embedded`.
     only: Vec<String>,
     /// URL options of idemdb's stores (`--idemdb-options`): plain TCP by default, as the
@@ -54,6 +57,12 @@ struct Settings {
     /// `--coalesce-in-flight N`: `Config::coalesce_in_flight` of `pg-coalesce` (the library's
     /// default when not given).
     in_flight: Option<usize>,
+    /// `--prefill N`: each PostgreSQL system's table holds N live, completed rows before the
+    /// measured rounds (the scale run), filled by one `INSERT ... SELECT` per table.
+    prefill: u64,
+    /// `--expiring R`: besides, rows that expire at R a second from 10 s after the fill on, for
+    /// 10 minutes, and idemdb's stores sweep every second (the sweeper's load during the run).
+    expiring: u64,
 }
 
 fn parse_args() -> R<Settings> {
@@ -64,6 +73,8 @@ fn parse_args() -> R<Settings> {
         only: Vec::new(),
         idem_opts: "sslmode=disable".into(),
         in_flight: None,
+        prefill: 0,
+        expiring: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -90,6 +101,10 @@ fn parse_args() -> R<Settings> {
                         .parse()
                         .map_err(|e| format!("--coalesce-in-flight: {e}"))?,
                 )
+            }
+            "--prefill" => s.prefill = value()?.parse().map_err(|e| format!("--prefill: {e}"))?,
+            "--expiring" => {
+                s.expiring = value()?.parse().map_err(|e| format!("--expiring: {e}"))?
             }
             "--smoke" => {
                 s.keys = 64;
@@ -169,7 +184,12 @@ struct HandConn {
     c: tokio_postgres::Client,
     claim: tokio_postgres::Statement,
     complete: tokio_postgres::Statement,
+    /// A replay as a plain `SELECT` of the row (`recipe-select`): the floor a replay can reach.
+    read: Option<tokio_postgres::Statement>,
 }
+
+/// The recipe's replay as a plain read of the key's row, for `recipe-select`.
+const HAND_READ: &str = "SELECT false, state, fp, response FROM hand_requests WHERE key = $1";
 
 /// The recipe's claim and completion, shared with the statement diagnostic (`sql/run`).
 const HAND_CLAIM: &str = include_str!("../../sql/recipe_claim.sql");
@@ -177,7 +197,8 @@ const HAND_COMPLETE: &str = include_str!("../../sql/recipe_complete.sql");
 const HAND_TABLE: &str = include_str!("../../sql/recipe_table.sql");
 
 impl HandPg {
-    async fn connect(schema: &str, n: usize) -> R<HandPg> {
+    /// `select_replay`: replays are a plain `SELECT` of the row instead of the claim statement.
+    async fn connect(schema: &str, n: usize, select_replay: bool) -> R<HandPg> {
         pg_client(Some(schema))
             .await?
             .batch_execute(HAND_TABLE)
@@ -188,7 +209,16 @@ impl HandPg {
             let c = pg_client(Some(schema)).await?;
             let claim = c.prepare(HAND_CLAIM).await.map_err(pg_err)?;
             let complete = c.prepare(HAND_COMPLETE).await.map_err(pg_err)?;
-            clients.push(tokio::sync::Mutex::new(HandConn { c, claim, complete }));
+            let read = match select_replay {
+                true => Some(c.prepare(HAND_READ).await.map_err(pg_err)?),
+                false => None,
+            };
+            clients.push(tokio::sync::Mutex::new(HandConn {
+                c,
+                claim,
+                complete,
+                read,
+            }));
         }
         Ok(HandPg {
             clients,
@@ -228,10 +258,11 @@ impl System for HandPg {
     fn replay<'a>(&'a self, key: &'a str) -> BoxFut<'a> {
         Box::pin(async move {
             let h = self.client().await;
-            let row =
-                h.c.query_one(&h.claim, &[&key, &&FP[..]])
-                    .await
-                    .map_err(pg_err)?;
+            let row = match &h.read {
+                Some(read) => h.c.query_one(read, &[&key]).await,
+                None => h.c.query_one(&h.claim, &[&key, &&FP[..]]).await,
+            }
+            .map_err(pg_err)?;
             let resp: Option<Vec<u8>> = row.get(3);
             match (row.get::<_, bool>(0), resp) {
                 (false, Some(r)) if r.len() == RESP_LEN => Ok(()),
@@ -589,6 +620,71 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Fills `schema`'s table with `live` completed rows that stay live for a day and `expiring`
+/// completed rows of which `per_sec` expire each second from 10 s on (`--prefill`,
+/// `--expiring`), shaped as the measured ones (tenant `t`, 32-byte fingerprint, 256-byte
+/// response); `hand`: the recipe's table. Then `VACUUM ANALYZE`, as a table in service would
+/// have been. Prints how long it took and the table's size with its indexes per row.
+async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u64) -> R<()> {
+    let c = pg_client(Some(schema)).await?;
+    let started = Instant::now();
+    let fill = |n: u64, expiry: &str| match hand {
+        true => format!(
+            "INSERT INTO hand_requests (key, fp, state, lease_until, response) \
+             SELECT 'pre-' || g || '-{expiry}', decode(repeat('07', 32), 'hex'), 1, now(), \
+             decode(repeat('2a', 256), 'hex') FROM generate_series(1, {n}) g"
+        ),
+        false => format!(
+            "INSERT INTO idemdb_requests (ns, tenant, key, fingerprint, created_at, expires_at, \
+             fence, attempts, takeovers, state, lease_until, taken_over, finished_at, \
+             response_body, response_meta) \
+             SELECT 0, 't'::bytea, convert_to('pre-' || g, 'UTF8'), \
+             decode(repeat('07', 32), 'hex'), t, {expiry}, g, 1, 0, 2, t, false, t, \
+             decode(repeat('2a', 256), 'hex'), '{{}}'::text[] \
+             FROM generate_series(1, {n}) g, \
+             (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS t) now"
+        ),
+    };
+    if live > 0 {
+        c.batch_execute(&fill(live, "t + 86400000"))
+            .await
+            .map_err(pg_err)?;
+    }
+    if expiring > 0 && !hand {
+        let expiry = format!("t + 10000 + (g + {live}) * 1000 / {}", per_sec.max(1));
+        let sql =
+            fill(expiring, &expiry).replace("'pre-' || g", &format!("'pre-' || (g + {live})"));
+        c.batch_execute(&sql).await.map_err(pg_err)?;
+    }
+    c.batch_execute("VACUUM ANALYZE").await.map_err(pg_err)?;
+    let table = if hand {
+        "hand_requests"
+    } else {
+        "idemdb_requests"
+    };
+    let row = c
+        .query_one(
+            &format!(
+                "SELECT pg_table_size('{table}')::bigint, pg_indexes_size('{table}')::bigint, \
+                 (SELECT count(*) FROM {table})::bigint"
+            ),
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    let (heap, idx, rows): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    eprintln!(
+        "prefill {schema}: {rows} rows in {:.0} s; table {} MB ({} bytes a row), indexes {} MB \
+         ({} bytes a row)",
+        started.elapsed().as_secs_f64(),
+        heap >> 20,
+        heap / rows.max(1),
+        idx >> 20,
+        idx / rows.max(1)
+    );
+    Ok(())
+}
+
 async fn admin(sql: &str) -> R<()> {
     pg_client(None)
         .await?
@@ -601,12 +697,17 @@ async fn main_async(s: Settings) -> R<()> {
     let run_id = format!("{:x}", std::process::id());
     // Each PostgreSQL system on a table of its own, so that none reads and writes a table
     // another one filled (a larger table costs more per statement).
-    let (idem_schema, coalesce_schema, tier_schema, hand_schema) = (
+    let schemas = [
         format!("fleet_idem_{run_id}"),
         format!("fleet_coalesce_{run_id}"),
         format!("fleet_tier_{run_id}"),
         format!("fleet_hand_{run_id}"),
-    );
+        format!("fleet_buffered_{run_id}"),
+        format!("fleet_fast_{run_id}"),
+        format!("fleet_hsel_{run_id}"),
+    ];
+    let [idem_schema, coalesce_schema, tier_schema, hand_schema, buffered_schema, fast_schema, hsel_schema] =
+        &schemas;
     let sync_commit: String = pg_client(None)
         .await?
         .query_one("SHOW synchronous_commit", &[])
@@ -615,7 +716,7 @@ async fn main_async(s: Settings) -> R<()> {
         .get(0);
     let mut rows = Vec::new();
     for &tasks in &s.tasks {
-        for schema in [&idem_schema, &coalesce_schema, &tier_schema, &hand_schema] {
+        for schema in &schemas {
             admin(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
@@ -624,122 +725,159 @@ async fn main_async(s: Settings) -> R<()> {
         // One connection per task, up to 24 per system: the server's 100 connections hold
         // every system's pool at 64 tasks (more than 24 connections buy nothing on 2 cores).
         let conns = tasks.min(24);
-        let idem = Config::postgres(format!(
-            "{PG_URL}?options=-c%20search_path%3D{idem_schema}&{}",
-            s.idem_opts
-        ))
-        .pool_size(conns)
-        .sweep_interval(None)
-        .open_async()
-        .await
-        .map_err(|e| e.to_string())?;
-        // The same store coalescing concurrent calls into one statement.
-        let coalescing = Config::postgres(format!(
-            "{PG_URL}?options=-c%20search_path%3D{coalesce_schema}&{}",
-            s.idem_opts
-        ))
-        .pool_size(conns)
-        .sweep_interval(None)
-        .coalescing(true);
-        let coalescing = match s.in_flight {
-            Some(n) => coalescing.coalesce_in_flight(n),
-            None => coalescing,
-        }
-        .open_async()
-        .await
-        .map_err(|e| e.to_string())?;
-        // The same store with the local replay tier (claim+complete is as without a tier).
-        let tiered = Config::postgres(format!(
-            "{PG_URL}?options=-c%20search_path%3D{tier_schema}&{}",
-            s.idem_opts
-        ))
-        .pool_size(conns)
-        .sweep_interval(None)
-        .replay_tier(64 << 20)
-        .open_async()
-        .await
-        .map_err(|e| e.to_string())?;
-        let hand = HandPg::connect(&hand_schema, conns).await?;
-        let redis = RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let embedded = Config::new(dir.path())
-            .durability(Durability::Buffered)
-            .sweep_interval(None)
-            .open_async()
-            .await
-            .map_err(|e| e.to_string())?;
-        let coalescing_store = coalescing.clone();
-        // The DBOS peer only when asked for by name: it is built outside the workspace.
-        let dbos = if s.only.iter().any(|o| o == "dbos") {
-            Some(Dbos::start()?)
-        } else {
-            None
+        let want = |id: &str| s.only.is_empty() || s.only.iter().any(|o| o == id);
+        // An idemdb store on PostgreSQL in `schema`, a pool of `conns`, no sweeper, the
+        // configuration changed by `tune`.
+        let idem_store = |schema: &str, tune: fn(Config) -> Config| {
+            let cfg = Config::postgres(format!(
+                "{PG_URL}?options=-c%20search_path%3D{schema}&{}",
+                s.idem_opts
+            ))
+            .pool_size(conns)
+            .sweep_interval((s.expiring > 0).then_some(Duration::from_secs(1)));
+            let cfg = match s.in_flight {
+                Some(n) => tune(cfg).coalesce_in_flight(n),
+                None => tune(cfg),
+            };
+            async move { cfg.open_async().await.map_err(|e| e.to_string()) }
         };
-        let mut entries = vec![
-            Entry::new(
+        // Only the systems asked for are opened (the server's 100 connections hold five pools
+        // of 24 at 64 tasks, not every system's).
+        let mut entries = Vec::new();
+        let mut coalescing_stores = Vec::new();
+        // The PostgreSQL tables opened (schema, whether the recipe's), for `--prefill`.
+        let mut tables: Vec<(&String, bool)> = Vec::new();
+        if want("pg") {
+            let store = idem_store(idem_schema, |c| c).await?;
+            tables.push((idem_schema, false));
+            entries.push(Entry::new(
                 ("pg", "idemdb on PostgreSQL"),
-                Idem(idem),
+                Idem(store),
                 false,
                 run_id.clone(),
-            ),
-            Entry::new(
+            ));
+        }
+        if want("pg-coalesce") {
+            // The same store coalescing concurrent calls into one statement.
+            let store = idem_store(coalesce_schema, |c| c.coalescing(true)).await?;
+            tables.push((coalesce_schema, false));
+            coalescing_stores.push(("coalescing", store.clone()));
+            entries.push(Entry::new(
                 ("pg-coalesce", "idemdb on PostgreSQL, coalescing"),
-                Idem(coalescing),
+                Idem(store),
                 false,
                 format!("{run_id}s"),
-            ),
-            Entry::new(
+            ));
+        }
+        if want("pg-tier") {
+            // The same store with the local replay tier (claim+complete is as without a tier).
+            let store = idem_store(tier_schema, |c| c.replay_tier(64 << 20)).await?;
+            tables.push((tier_schema, false));
+            entries.push(Entry::new(
                 ("pg-tier", "idemdb on PostgreSQL, replay tier"),
-                Idem(tiered),
+                Idem(store),
                 true,
                 format!("{run_id}t"),
-            ),
-            Entry::new(
+            ));
+        }
+        if want("pg-buffered") {
+            // Buffered claims: one flushed commit per request.
+            let store = idem_store(buffered_schema, |c| c.buffered_claims(true)).await?;
+            tables.push((buffered_schema, false));
+            entries.push(Entry::new(
+                ("pg-buffered", "idemdb on PostgreSQL, buffered claims"),
+                Idem(store),
+                false,
+                format!("{run_id}b"),
+            ));
+        }
+        if want("pg-fast") {
+            let store =
+                idem_store(fast_schema, |c| c.buffered_claims(true).coalescing(true)).await?;
+            tables.push((fast_schema, false));
+            coalescing_stores.push(("buffered claims + coalescing", store.clone()));
+            entries.push(Entry::new(
+                (
+                    "pg-fast",
+                    "idemdb on PostgreSQL, buffered claims + coalescing",
+                ),
+                Idem(store),
+                false,
+                format!("{run_id}f"),
+            ));
+        }
+        if want("recipe") {
+            tables.push((hand_schema, true));
+            entries.push(Entry::new(
                 ("recipe", "hand-written PostgreSQL recipe"),
-                hand,
+                HandPg::connect(hand_schema, conns, false).await?,
                 false,
                 run_id.clone(),
-            ),
-            Entry::new(
+            ));
+        }
+        if want("recipe-select") {
+            tables.push((hsel_schema, true));
+            entries.push(Entry::new(
+                (
+                    "recipe-select",
+                    "hand-written recipe, replay as a plain SELECT",
+                ),
+                HandPg::connect(hsel_schema, conns, true).await?,
+                false,
+                run_id.clone(),
+            ));
+        }
+        if want("redis") {
+            entries.push(Entry::new(
                 ("redis", "Redis SET NX recipe"),
-                redis,
+                RedisRecipe::connect(tasks, format!("idemdb-fleet-{run_id}-"))?,
                 false,
                 run_id.clone(),
-            ),
-            Entry::new(
+            ));
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        if want("embedded") {
+            let store = Config::new(dir.path())
+                .durability(Durability::Buffered)
+                .sweep_interval(None)
+                .open_async()
+                .await
+                .map_err(|e| e.to_string())?;
+            entries.push(Entry::new(
                 ("embedded", "idemdb embedded (Buffered)"),
-                Idem(embedded),
+                Idem(store),
                 false,
                 run_id.clone(),
-            ),
-        ];
-        if let Some(d) = dbos {
+            ));
+        }
+        // The DBOS peer only when asked for by name: it is built outside the workspace.
+        if s.only.iter().any(|o| o == "dbos") {
             entries.push(Entry::new(
                 ("dbos", "DBOS workflow, one step"),
-                d,
+                Dbos::start()?,
                 false,
                 format!("{run_id}d"),
             ));
         }
-        let entries = entries
-            .into_iter()
-            .filter(|e| s.only.is_empty() || s.only.iter().any(|o| o == e.id))
-            .collect();
+        if s.prefill + s.expiring > 0 {
+            for (schema, hand) in &tables {
+                prefill(schema, *hand, s.prefill, s.expiring * 600, s.expiring).await?;
+            }
+        }
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
-        let st = coalescing_store
-            .postgres_stats()
-            .await
-            .map_err(|e| e.to_string())?;
-        if st.coalesced_statements > 0 {
-            eprintln!(
-                "{tasks} task(s): idemdb on PostgreSQL, coalescing, sent {} coalesced statements of \
-                 {:.1} calls on average",
-                st.coalesced_statements,
-                st.coalesced_calls as f64 / st.coalesced_statements as f64
-            );
+        for (what, store) in coalescing_stores {
+            let st = store.postgres_stats().await.map_err(|e| e.to_string())?;
+            if st.coalesced_statements > 0 {
+                eprintln!(
+                    "{tasks} task(s): idemdb on PostgreSQL, {what}, sent {} coalesced statements \
+                     of {:.1} calls on average",
+                    st.coalesced_statements,
+                    st.coalesced_calls as f64 / st.coalesced_statements as f64
+                );
+            }
         }
     }
-    for schema in [&idem_schema, &coalesce_schema, &tier_schema, &hand_schema] {
+    for schema in &schemas {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
     }
     println!(
@@ -805,6 +943,34 @@ async fn main_async(s: Settings) -> R<()> {
             "{tasks} task(s): replay tier speed-up over a database replay (median latency): {:.0}x",
             p50("idemdb on PostgreSQL", true) / tier,
         );
+        // Each idemdb store on PostgreSQL against the recipe: throughput and median latency,
+        // and its replays' median against the recipe's plain `SELECT`.
+        let ops = |m: &(Vec<u64>, Duration)| m.0.len() as f64 / m.1.as_secs_f64().max(1e-9);
+        if let Some(hand) = row("hand-written PostgreSQL recipe") {
+            for r in rows
+                .iter()
+                .filter(|r| r.tasks == tasks && r.system.starts_with("idemdb on PostgreSQL"))
+            {
+                let select = p50("hand-written recipe, replay as a plain SELECT", true);
+                println!(
+                    "{tasks} task(s): {} / recipe: claim+complete {:.2}x the ops/s at {:.2}x the \
+                     p50; replay {:.2}x the ops/s at {:.2}x the p50{}",
+                    r.system,
+                    ops(&r.cc) / ops(&hand.cc),
+                    pct(&r.cc.0, 0.5) as f64 / pct(&hand.cc.0, 0.5).max(1) as f64,
+                    ops(&r.rp) / ops(&hand.rp),
+                    pct(&r.rp.0, 0.5) as f64 / pct(&hand.rp.0, 0.5).max(1) as f64,
+                    if select > 0.0 {
+                        format!(
+                            "; replay p50 {:.2}x the recipe's plain SELECT",
+                            pct(&r.rp.0, 0.5) as f64 / select
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -174,8 +174,22 @@ async fn main_async(s: S) -> R<()> {
                                 86_400_000i64,
                                 None::<i64>,
                             );
+                            // idemdb's claim takes two more parameters, a token from the
+                            // store's block and whether it is buffered: `NULL` and false here,
+                            // a claim drawing its own and flushed (its server work as before).
+                            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                                &ns,
+                                &tenant,
+                                &kb,
+                                &&FP[..],
+                                &lease,
+                                &ret,
+                                &now,
+                                &now,
+                                &false,
+                            ];
                             let row = c
-                                .query_one(cl, &[&ns, &tenant, &kb, &&FP[..], &lease, &ret, &now])
+                                .query_one(cl, &params[..cl.params().len().min(9)])
                                 .await
                                 .map_err(pg_err)?;
                             if !replay {
