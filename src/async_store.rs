@@ -204,6 +204,11 @@ impl AsyncStore {
                     crate::postgres::ClaimAsk::Answered(answer) => return answer,
                     crate::postgres::ClaimAsk::Database(checked) => checked,
                 };
+                // A read first (a run of retries) runs here: it acquires nothing.
+                let checked = match pg.read_first(ns, tenant, key, fingerprint, checked).await {
+                    crate::postgres::ReadFirst::Answered(answer) => return answer,
+                    crate::postgres::ReadFirst::Pending(pending) => pending,
+                };
                 // Run to its end even if this caller goes away, then release what it acquired.
                 let (pg, t, k, f) = (
                     pg.clone(),

@@ -30,7 +30,7 @@ mod offsets;
 mod pool;
 pub(crate) mod replay_tier;
 mod requests;
-pub(crate) use requests::ClaimAsk;
+pub(crate) use requests::{ClaimAsk, ReadFirst};
 mod send;
 mod settings;
 mod statements;

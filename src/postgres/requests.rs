@@ -28,7 +28,7 @@ use crate::record::{
 };
 use crate::requests::{check_checkpoint, check_claim, check_response};
 use crate::telemetry::counters::Metrics;
-use crate::telemetry::spans::{lease_outcome, Op, OpKind};
+use crate::telemetry::spans::{lease_outcome, Op, OpKind, Stamp};
 
 type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
 
@@ -48,6 +48,21 @@ pub(crate) struct Checked {
     lease_ms: Millis,
     retention_ms: Millis,
     durable: bool,
+}
+
+/// What a claim's read first found ([`Postgres::read_first`]).
+pub(crate) enum ReadFirst {
+    /// The claim's answer, decided from the row read (counted and traced).
+    Answered(Result<Claim>),
+    /// The claim goes on to the database.
+    Pending(Pending),
+}
+
+/// A claim that goes on to its statement: its checked arguments, and the row it read first when
+/// that row looked acquirable (the statement then starts with the takeover).
+pub(crate) struct Pending {
+    checked: Checked,
+    read: Option<Row>,
 }
 
 impl Postgres {
@@ -88,6 +103,46 @@ impl Postgres {
         })
     }
 
+    /// A claim's read first, in the caller's task (it acquires nothing, so a caller that goes
+    /// away leaves nothing to release): while most recent claims found their row (a run of
+    /// retries), the key's row is read by a plain `SELECT` ([`statements::CLAIM_READ`]) and a
+    /// row that answers is the answer (counted, traced and put in the tier as the claim's own
+    /// would be); no row, or one that looks acquirable, goes on to the claim statement. While
+    /// calls wait for connections with coalescing on, a coalesced claim answers replays in
+    /// batches instead, and nothing is read first.
+    pub(crate) async fn read_first(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        checked: Checked,
+    ) -> ReadFirst {
+        let go = |read| ReadFirst::Pending(Pending { checked, read });
+        if !self.sql.reads_first() {
+            return go(None);
+        }
+        let asked = Stamp::now();
+        let op = || Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key).since(asked);
+        let row = match self.sql.read(ns, tenant, key).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return go(None),
+            Err(e) => return ReadFirst::Answered(op().end_with(Err(e), Claim::outcome)),
+        };
+        match decide(&row, fingerprint) {
+            Ok(Decided::Answer(claim, expires_at, now)) => {
+                self.sql.hits.note(true);
+                self.metrics.count_claim(&claim);
+                if let Some(tier) = &self.tier {
+                    tier.put(ns as u8, tenant, key, fingerprint, &claim, expires_at, now);
+                }
+                ReadFirst::Answered(op().end_with(Ok(claim), Claim::outcome))
+            }
+            Ok(Decided::Acquirable) => go(Some(row)),
+            Err(e) => ReadFirst::Answered(op().end_with(Err(e), Claim::outcome)),
+        }
+    }
+
     /// The claim's statement, in its span; counted, and a finished record put in the tier.
     pub(crate) async fn claim_in_database(
         &self,
@@ -95,12 +150,12 @@ impl Postgres {
         tenant: &[u8],
         key: &[u8],
         fingerprint: &[u8],
-        checked: Checked,
+        Pending { checked, read }: Pending,
     ) -> Result<Claim> {
         let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
         let claim = self
             .sql
-            .claim(ns, tenant, key, fingerprint, checked)
+            .claim(ns, tenant, key, fingerprint, checked, read)
             .await
             .map(|(claim, expires_at, now)| {
                 self.metrics.count_claim(&claim);
@@ -243,6 +298,22 @@ pub(super) async fn sweep_in_background(
 
 /// The statements: each call is one decision of the database.
 impl PgStore {
+    /// Whether a claim reads its row first (see [`Postgres::read_first`]): in the prepared mode,
+    /// while most recent claims found their row, and, with coalescing, while the pool has a
+    /// connection at once.
+    fn reads_first(&self) -> bool {
+        self.mode == StatementMode::Prepared
+            && self.hits.likely()
+            && (!self.coalescing || super::pool::has_room(&self.pool))
+    }
+
+    /// The key's row as [`statements::CLAIM_READ`] reads it.
+    async fn read(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<Option<Row>> {
+        let (ns_c, now) = (ns_code(ns), self.now_param());
+        self.query(statements::CLAIM_READ, &[&ns_c, &tenant, &key, &now])
+            .await
+    }
+
     /// Claims a key: one statement decides (acquire, or not); its answer tells what was found,
     /// with the record's expiry and the database's time when it is a finished record (for the
     /// replay tier; zeros otherwise). A buffered claim (`Config::buffered_claims`, not
@@ -255,22 +326,9 @@ impl PgStore {
         key: &[u8],
         fingerprint: &[u8],
         checked: Checked,
+        read: Option<Row>,
     ) -> Result<(Claim, Millis, Millis)> {
-        let prepared = self.mode == StatementMode::Prepared;
         let buffered = self.buffered && !checked.durable;
-        // Most recent claims found their row (a run of retries): read it first, a plain
-        // `SELECT`; a row is decided from as the claim's own read would be, no row goes on to
-        // the claim. While calls wait for connections, a coalesced claim answers replays in
-        // batches instead.
-        let mut read = None;
-        if prepared && self.hits.likely() && (!self.coalescing || super::pool::has_room(&self.pool))
-        {
-            let now = self.now_param();
-            let ns_c = ns_code(ns);
-            read = self
-                .query(statements::CLAIM_READ, &[&ns_c, &tenant, &key, &now])
-                .await?;
-        }
         // With buffered claims on, every claim that may insert takes its token from the block
         // (a durable one too: tokens a store hands out must increase, and a token drawn past the
         // block would end the block).
@@ -386,61 +444,34 @@ impl PgStore {
             let Some(acquired) = row.get::<_, Option<bool>>("acquired") else {
                 continue;
             };
-            let fence = from_i64("fence", row.get("fence"))?;
-            let lease_until = from_i64("lease_until", row.get("lease_until"))?;
-            if acquired {
-                self.note_epoch(fence);
-                return Ok((
-                    Claim::Acquired(Lease {
-                        tenant: tenant.to_vec(),
-                        key: key.to_vec(),
-                        fence,
-                        until: lease_until,
-                        attempt: from_i32("attempts", row.get("attempts"))?,
-                        takeover: row.get("taken_over"),
-                        checkpoint: checkpoint(
-                            row.get("checkpoint_phase"),
-                            row.get("checkpoint_state"),
-                        ),
-                        store_id: self.store_id,
-                        ns,
-                    }),
-                    0,
-                    0,
-                ));
-            }
-            let now = from_i64("database time", row.get("now"))?;
-            let expires_at = from_i64("expires_at", row.get("expires_at"))?;
-            let stored_fp: Option<Vec<u8>> = row.get("fingerprint");
-            let state: Option<i16> = row.get("state");
-            if expires_at <= now {
-                fast = false; // expired: taken under the row lock
+            if !acquired {
+                match decide(&row, fingerprint)? {
+                    Decided::Answer(claim, expires_at, now) => return Ok((claim, expires_at, now)),
+                    // Expired, released, or a lease run out: taken under the row lock.
+                    Decided::Acquirable => fast = false,
+                }
                 continue;
             }
-            if stored_fp.as_deref() != Some(fingerprint) {
-                return Ok((Claim::Mismatch, 0, 0));
-            }
-            match state {
-                Some(COMPLETED) => return Ok((Claim::Completed(replay(&row)?), expires_at, now)),
-                Some(FAILED) => return Ok((Claim::Failed(replay(&row)?), expires_at, now)),
-                Some(PENDING) if lease_until > now => {
-                    return Ok((
-                        Claim::InProgress {
-                            retry_after: Duration::from_millis(lease_until - now),
-                        },
-                        0,
-                        0,
-                    ))
-                }
-                // Released, or a lease run out: taken under the row lock.
-                Some(PENDING | RELEASED) => fast = false,
-                other => {
-                    return Err(crate::error::corrupted(
-                        "request row",
-                        format!("unknown state {other:?}"),
-                    ))
-                }
-            }
+            let fence = from_i64("fence", row.get("fence"))?;
+            self.note_epoch(fence);
+            return Ok((
+                Claim::Acquired(Lease {
+                    tenant: tenant.to_vec(),
+                    key: key.to_vec(),
+                    fence,
+                    until: from_i64("lease_until", row.get("lease_until"))?,
+                    attempt: from_i32("attempts", row.get("attempts"))?,
+                    takeover: row.get("taken_over"),
+                    checkpoint: checkpoint(
+                        row.get("checkpoint_phase"),
+                        row.get("checkpoint_state"),
+                    ),
+                    store_id: self.store_id,
+                    ns,
+                }),
+                0,
+                0,
+            ));
         }
         Err(Error::Contention { attempts: RERUNS })
     }
@@ -578,7 +609,49 @@ impl PgStore {
     }
 }
 
-/// How often recent claims found their key's row (an average over about the last 16, in
+/// What a claim's row that it did not acquire decides.
+enum Decided {
+    /// The claim's answer: a replay, a mismatch or a live lease (with the record's expiry and the
+    /// database's time for a finished record, for the replay tier; zeros otherwise).
+    Answer(Claim, Millis, Millis),
+    /// Expired, released, or a lease run out: taken under the row lock (`idemdb_claim`).
+    Acquirable,
+}
+
+/// Decides from a key's row as read (by the claim's own read, or by [`statements::CLAIM_READ`]):
+/// only what needs no write.
+fn decide(row: &Row, fingerprint: &[u8]) -> Result<Decided> {
+    let now = from_i64("database time", row.get("now"))?;
+    let expires_at = from_i64("expires_at", row.get("expires_at"))?;
+    if expires_at <= now {
+        return Ok(Decided::Acquirable);
+    }
+    let stored_fp: Option<&[u8]> = row.get("fingerprint");
+    if stored_fp != Some(fingerprint) {
+        return Ok(Decided::Answer(Claim::Mismatch, 0, 0));
+    }
+    let lease_until = from_i64("lease_until", row.get("lease_until"))?;
+    Ok(match row.get::<_, Option<i16>>("state") {
+        Some(COMPLETED) => Decided::Answer(Claim::Completed(replay(row)?), expires_at, now),
+        Some(FAILED) => Decided::Answer(Claim::Failed(replay(row)?), expires_at, now),
+        Some(PENDING) if lease_until > now => Decided::Answer(
+            Claim::InProgress {
+                retry_after: Duration::from_millis(lease_until - now),
+            },
+            0,
+            0,
+        ),
+        Some(PENDING | RELEASED) => Decided::Acquirable,
+        other => {
+            return Err(crate::error::corrupted(
+                "request row",
+                format!("unknown state {other:?}"),
+            ))
+        }
+    })
+}
+
+/// How often recent claims found their key's row (an average over about the last 8, in
 /// 1/65,536ths): while most did, a claim reads first ([`statements::CLAIM_READ`]). Updated
 /// without a lock; a lost update only nudges the guess.
 #[derive(Default)]
@@ -596,7 +669,7 @@ impl Hits {
     fn note(&self, found: bool) {
         let p = self.0.load(Ordering::Relaxed);
         let to = if found { Self::ONE } else { 0 };
-        self.0.store(p - p / 16 + to / 16, Ordering::Relaxed);
+        self.0.store(p - p / 8 + to / 8, Ordering::Relaxed);
     }
 }
 

@@ -19,6 +19,7 @@ mod spans;
 mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
 mod causal_writes_keep_every_concurrent_value;
+mod claims_after_a_run_of_replays_answer_alike;
 mod cli_reaches_a_postgres_store;
 mod coalesced_calls_answer_as_one_at_a_time;
 mod commits_apply_everything_or_nothing;

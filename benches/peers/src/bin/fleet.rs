@@ -535,8 +535,6 @@ struct Row {
 /// each key (a replay tier is filled by a first replay, so the timed ones are its hits), and the
 /// prefix of its keys.
 struct Entry {
-    /// Its name for `--only`.
-    id: &'static str,
     name: &'static str,
     sys: Arc<dyn System>,
     fill: bool,
@@ -545,13 +543,12 @@ struct Entry {
 
 impl Entry {
     fn new(
-        (id, name): (&'static str, &'static str),
+        (_id, name): (&'static str, &'static str),
         sys: impl System + 'static,
         fill: bool,
         prefix: String,
     ) -> Entry {
         Entry {
-            id,
             name,
             sys: Arc::new(sys),
             fill,
