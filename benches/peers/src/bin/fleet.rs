@@ -648,12 +648,15 @@ async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u6
             .map_err(pg_err)?;
     }
     if expiring > 0 && !hand {
-        let expiry = format!("t + 10000 + (g + {live}) * 1000 / {}", per_sec.max(1));
+        let expiry = format!("t + 10000 + g::bigint * 1000 / {}", per_sec.max(1));
         let sql =
             fill(expiring, &expiry).replace("'pre-' || g", &format!("'pre-' || (g + {live})"));
         c.batch_execute(&sql).await.map_err(pg_err)?;
     }
+    // As a table in service would be: vacuumed, analyzed, and the load's WAL checkpointed (so
+    // that the measured rounds do not pay the bulk load's checkpoint).
     c.batch_execute("VACUUM ANALYZE").await.map_err(pg_err)?;
+    c.batch_execute("CHECKPOINT").await.map_err(pg_err)?;
     let table = if hand {
         "hand_requests"
     } else {
@@ -678,6 +681,39 @@ async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u6
         heap / rows.max(1),
         idx >> 20,
         idx / rows.max(1)
+    );
+    Ok(())
+}
+
+/// After a prefilled run: the table's dead rows (the sweeper's deletes; completions are HOT
+/// updates), and how long one `VACUUM` of them takes: what autovacuum must keep up with.
+async fn vacuum_report(schema: &str, hand: bool) -> R<()> {
+    let c = pg_client(Some(schema)).await?;
+    let table = if hand {
+        "hand_requests"
+    } else {
+        "idemdb_requests"
+    };
+    let row = c
+        .query_one(
+            &format!(
+                "SELECT n_live_tup, n_dead_tup, n_tup_del, n_tup_hot_upd, n_tup_upd \
+                 FROM pg_stat_user_tables WHERE relname = '{table}' AND schemaname = '{schema}'"
+            ),
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    let (live, dead, del, hot, upd): (i64, i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let started = Instant::now();
+    c.batch_execute(&format!("VACUUM {table}"))
+        .await
+        .map_err(pg_err)?;
+    eprintln!(
+        "after the run, {schema}: {live} live rows, {dead} dead ({del} deleted by the sweeper, \
+         {hot} of {upd} updates HOT); VACUUM took {:.1} s",
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }
@@ -862,6 +898,11 @@ async fn main_async(s: Settings) -> R<()> {
             }
         }
         rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
+        if s.prefill + s.expiring > 0 {
+            for (schema, hand) in &tables {
+                vacuum_report(schema, *hand).await?;
+            }
+        }
         for (what, store) in coalescing_stores {
             let st = store.postgres_stats().await.map_err(|e| e.to_string())?;
             if st.coalesced_statements > 0 {

@@ -1,0 +1,1 @@
+SELECT false, state, fp, response FROM hand_requests WHERE key = 'rk';
