@@ -60,8 +60,8 @@ struct Settings {
     /// `--prefill N`: each PostgreSQL system's table holds N live, completed rows before the
     /// measured rounds (the scale run), filled by one `INSERT ... SELECT` per table.
     prefill: u64,
-    /// `--expiring R`: besides, rows that expire at R a second from 10 s after the fill on, for
-    /// 10 minutes, and idemdb's stores sweep every second (the sweeper's load during the run).
+    /// `--expiring R`: besides, rows that expire at R a second from the fill on, for 10
+    /// minutes, and idemdb's stores sweep every second (the sweeper's load during the run).
     expiring: u64,
 }
 
@@ -618,7 +618,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Fills `schema`'s table with `live` completed rows that stay live for a day and `expiring`
-/// completed rows of which `per_sec` expire each second from 10 s on (`--prefill`,
+/// completed rows of which `per_sec` expire each second from the fill on (`--prefill`,
 /// `--expiring`), shaped as the measured ones (tenant `t`, 32-byte fingerprint, 256-byte
 /// response); `hand`: the recipe's table. Then `VACUUM ANALYZE`, as a table in service would
 /// have been. Prints how long it took and the table's size with its indexes per row.
@@ -648,7 +648,7 @@ async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u6
             .map_err(pg_err)?;
     }
     if expiring > 0 && !hand {
-        let expiry = format!("t + 10000 + g::bigint * 1000 / {}", per_sec.max(1));
+        let expiry = format!("t + g::bigint * 1000 / {}", per_sec.max(1));
         let sql =
             fill(expiring, &expiry).replace("'pre-' || g", &format!("'pre-' || (g + {live})"));
         c.batch_execute(&sql).await.map_err(pg_err)?;
