@@ -18,15 +18,14 @@
 //! WAL-log the sequence there; the crash loses that record, and after recovery the sequence hands
 //! those tokens out again (docs/verification.md: the mutation, and the round it fails in).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idemdb::{AsyncStore, Claim, ClaimOptions, Lease, LeaseLost, RecordState, Response};
 
-use crate::lab::{self, bounded, Lab, Role};
+use crate::lab::{self, until_answered, Lab, Role};
 
 const TENANT: &str = "crash";
 const LONG: Duration = Duration::from_secs(120);
-const CALL: Duration = Duration::from_secs(30);
 const DONE: usize = 5;
 const HELD: usize = 40;
 const AFTER: usize = 10;
@@ -35,27 +34,9 @@ fn fp(key: &str) -> Vec<u8> {
     format!("fp of {key}").into_bytes()
 }
 
-/// Retries `call` while it fails transiently (the server restarting), for at most 90 s.
-async fn answered<T, F, Fut>(what: &str, mut call: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = idemdb::Result<T>>,
-{
-    let start = Instant::now();
-    loop {
-        match bounded(CALL, what, call()).await {
-            Ok(v) => return v,
-            Err(e) if e.is_transient() && start.elapsed() < Duration::from_secs(90) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("{what} failed (after {:?}): {e}", start.elapsed()),
-        }
-    }
-}
-
 async fn acquire(store: &AsyncStore, key: &str) -> Lease {
     let opts = ClaimOptions::default().lease(LONG);
-    match answered("a claim", || store.claim(TENANT, key, fp(key), opts)).await {
+    match until_answered("a claim", || store.claim(TENANT, key, fp(key), opts)).await {
         Claim::Acquired(l) => l,
         other => panic!("the claim of {key} answered {other:?}, not Acquired"),
     }
@@ -81,7 +62,7 @@ async fn on_a_killed_and_restarted_primary() {
         let lease = acquire(&old, &key).await;
         before.push(lease.fence());
         let body = Response::new(format!("{key} charged under {}", lease.fence()));
-        let r = answered("a completion", || old.complete(&lease, body.clone())).await;
+        let r = until_answered("a completion", || old.complete(&lease, body.clone())).await;
         assert_eq!(r, Ok(()), "{key}");
         done.push((key, body));
     }
@@ -103,7 +84,7 @@ async fn on_a_killed_and_restarted_primary() {
     let rival = lab::open_buffered(&url, 4, LONG).await;
 
     for (key, body) in &done {
-        match answered("a replay", || {
+        match until_answered("a replay", || {
             rival.claim(TENANT, key, fp(key), ClaimOptions::default())
         })
         .await
@@ -116,9 +97,9 @@ async fn on_a_killed_and_restarted_primary() {
     let mut after: Vec<u64> = Vec::new();
     let mut lost = 0;
     for (key, lease) in &held {
-        let stored = answered("a record read", || old.get(TENANT, key)).await;
+        let stored = until_answered("a record read", || old.get(TENANT, key)).await;
         let body = Response::new(format!("{key} charged under {}", lease.fence()));
-        let outcome = answered("the holder's completion", || {
+        let outcome = until_answered("the holder's completion", || {
             old.complete(lease, body.clone())
         })
         .await;
@@ -140,7 +121,7 @@ async fn on_a_killed_and_restarted_primary() {
                 );
                 let again = acquire(&rival, key).await;
                 after.push(again.fence());
-                let r = answered("a completion", || {
+                let r = until_answered("a completion", || {
                     rival.complete(&again, Response::new(b"charged again".to_vec()))
                 })
                 .await;

@@ -28,16 +28,15 @@
 //! holder's `UPDATE ... WHERE fence = $lease` would match the rival's row, and its completion
 //! would be accepted over the rival's claim: the `LeaseLost` assertions would fail (the old issue).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idemdb::{AsyncStore, Claim, ClaimOptions, Lease, LeaseLost, RecordState, Response};
 
-use crate::lab::{self, bounded, split_fence, Lab, Role};
+use crate::lab::{self, split_fence, until_answered, Lab, Role};
 
 const TENANT: &str = "acct";
 /// Leases that stay live for the whole test.
 const LONG: Duration = Duration::from_secs(60);
-const CALL: Duration = Duration::from_secs(30);
 const WARM: usize = 10;
 /// How many of the old primary's claims it also completes (acknowledged, then lost).
 const COMPLETED_ON_OLD: usize = 5;
@@ -48,24 +47,6 @@ fn fp(key: &str) -> Vec<u8> {
 
 fn opts() -> ClaimOptions {
     ClaimOptions::default().lease(LONG)
-}
-
-/// Retries `call` while it fails transiently, for at most 60 s; its answer.
-async fn until_answered<T, F, Fut>(what: &str, mut call: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = idemdb::Result<T>>,
-{
-    let start = Instant::now();
-    loop {
-        match bounded(CALL, what, call()).await {
-            Ok(v) => return v,
-            Err(e) if e.is_transient() && start.elapsed() < Duration::from_secs(60) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("{what} failed (after {:?}): {e}", start.elapsed()),
-        }
-    }
 }
 
 async fn acquire(store: &AsyncStore, key: &str) -> Lease {

@@ -312,6 +312,26 @@ pub async fn open_with(
     open_tuned(url, pool, lease, connect_timeout, statement_timeout, |c| c).await
 }
 
+/// Retries `call` (each bounded at 30 s, past which it is a hang) while it fails transiently,
+/// for at most 90 s (a server restarting or being promoted); its answer.
+#[allow(dead_code)]
+pub async fn until_answered<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = idemdb::Result<T>>,
+{
+    let start = Instant::now();
+    loop {
+        match bounded(Duration::from_secs(30), what, call()).await {
+            Ok(v) => return v,
+            Err(e) if e.is_transient() && start.elapsed() < Duration::from_secs(90) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{what} failed (after {:?}): {e}", start.elapsed()),
+        }
+    }
+}
+
 /// As [`open`], with buffered claims (`Config::buffered_claims`).
 #[allow(dead_code)]
 pub async fn open_buffered(url: &str, pool: usize, lease: Duration) -> idemdb::AsyncStore {

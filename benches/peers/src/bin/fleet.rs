@@ -780,63 +780,65 @@ async fn main_async(s: Settings) -> R<()> {
         let mut coalescing_stores = Vec::new();
         // The PostgreSQL tables opened (schema, whether the recipe's), for `--prefill`.
         let mut tables: Vec<(&String, bool)> = Vec::new();
-        if want("pg") {
-            let store = idem_store(idem_schema, |c| c).await?;
-            tables.push((idem_schema, false));
-            entries.push(Entry::new(
-                ("pg", "idemdb on PostgreSQL"),
-                Idem(store),
+        // idemdb's stores on PostgreSQL: (id, name, schema, configuration, whether its replays
+        // are timed after a first one fills its tier, key prefix).
+        type Variant<'a> = (
+            &'static str,
+            &'static str,
+            &'a String,
+            fn(Config) -> Config,
+            bool,
+            &'static str,
+        );
+        let variants: [Variant; 5] = [
+            ("pg", "idemdb on PostgreSQL", idem_schema, |c| c, false, ""),
+            (
+                "pg-coalesce",
+                "idemdb on PostgreSQL, coalescing",
+                coalesce_schema,
+                |c| c.coalescing(true),
                 false,
-                run_id.clone(),
-            ));
-        }
-        if want("pg-coalesce") {
-            // The same store coalescing concurrent calls into one statement.
-            let store = idem_store(coalesce_schema, |c| c.coalescing(true)).await?;
-            tables.push((coalesce_schema, false));
-            coalescing_stores.push(("coalescing", store.clone()));
-            entries.push(Entry::new(
-                ("pg-coalesce", "idemdb on PostgreSQL, coalescing"),
-                Idem(store),
-                false,
-                format!("{run_id}s"),
-            ));
-        }
-        if want("pg-tier") {
-            // The same store with the local replay tier (claim+complete is as without a tier).
-            let store = idem_store(tier_schema, |c| c.replay_tier(64 << 20)).await?;
-            tables.push((tier_schema, false));
-            entries.push(Entry::new(
-                ("pg-tier", "idemdb on PostgreSQL, replay tier"),
-                Idem(store),
+                "s",
+            ),
+            (
+                "pg-tier",
+                "idemdb on PostgreSQL, replay tier",
+                tier_schema,
+                |c| c.replay_tier(64 << 20),
                 true,
-                format!("{run_id}t"),
-            ));
-        }
-        if want("pg-buffered") {
-            // Buffered claims: one flushed commit per request.
-            let store = idem_store(buffered_schema, |c| c.buffered_claims(true)).await?;
-            tables.push((buffered_schema, false));
-            entries.push(Entry::new(
-                ("pg-buffered", "idemdb on PostgreSQL, buffered claims"),
-                Idem(store),
+                "t",
+            ),
+            (
+                "pg-buffered",
+                "idemdb on PostgreSQL, buffered claims",
+                buffered_schema,
+                |c| c.buffered_claims(true),
                 false,
-                format!("{run_id}b"),
-            ));
-        }
-        if want("pg-fast") {
-            let store =
-                idem_store(fast_schema, |c| c.buffered_claims(true).coalescing(true)).await?;
-            tables.push((fast_schema, false));
-            coalescing_stores.push(("buffered claims + coalescing", store.clone()));
-            entries.push(Entry::new(
-                (
-                    "pg-fast",
-                    "idemdb on PostgreSQL, buffered claims + coalescing",
-                ),
-                Idem(store),
+                "b",
+            ),
+            (
+                "pg-fast",
+                "idemdb on PostgreSQL, buffered claims + coalescing",
+                fast_schema,
+                |c| c.buffered_claims(true).coalescing(true),
                 false,
-                format!("{run_id}f"),
+                "f",
+            ),
+        ];
+        for (id, name, schema, tune, fill, suffix) in variants {
+            if !want(id) {
+                continue;
+            }
+            let store = idem_store(schema, tune).await?;
+            tables.push((schema, false));
+            if name.contains("coalescing") {
+                coalescing_stores.push((name, store.clone()));
+            }
+            entries.push(Entry::new(
+                (id, name),
+                Idem(store),
+                fill,
+                format!("{run_id}{suffix}"),
             ));
         }
         if want("recipe") {
@@ -907,8 +909,8 @@ async fn main_async(s: Settings) -> R<()> {
             let st = store.postgres_stats().await.map_err(|e| e.to_string())?;
             if st.coalesced_statements > 0 {
                 eprintln!(
-                    "{tasks} task(s): idemdb on PostgreSQL, {what}, sent {} coalesced statements \
-                     of {:.1} calls on average",
+                    "{tasks} task(s): {what}, sent {} coalesced statements of {:.1} calls on \
+                     average",
                     st.coalesced_statements,
                     st.coalesced_calls as f64 / st.coalesced_statements as f64
                 );
