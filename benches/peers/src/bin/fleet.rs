@@ -657,11 +657,7 @@ async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u6
     // that the measured rounds do not pay the bulk load's checkpoint).
     c.batch_execute("VACUUM ANALYZE").await.map_err(pg_err)?;
     c.batch_execute("CHECKPOINT").await.map_err(pg_err)?;
-    let table = if hand {
-        "hand_requests"
-    } else {
-        "idemdb_requests"
-    };
+    let table = table_of(hand);
     let row = c
         .query_one(
             &format!(
@@ -685,15 +681,20 @@ async fn prefill(schema: &str, hand: bool, live: u64, expiring: u64, per_sec: u6
     Ok(())
 }
 
+/// The request table of a schema: the recipe's (`hand`) or idemdb's.
+fn table_of(hand: bool) -> &'static str {
+    if hand {
+        "hand_requests"
+    } else {
+        "idemdb_requests"
+    }
+}
+
 /// After a prefilled run: the table's dead rows (the sweeper's deletes; completions are HOT
 /// updates), and how long one `VACUUM` of them takes: what autovacuum must keep up with.
 async fn vacuum_report(schema: &str, hand: bool) -> R<()> {
     let c = pg_client(Some(schema)).await?;
-    let table = if hand {
-        "hand_requests"
-    } else {
-        "idemdb_requests"
-    };
+    let table = table_of(hand);
     let row = c
         .query_one(
             &format!(
