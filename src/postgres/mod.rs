@@ -14,8 +14,9 @@
 //!   increase for every key and no server crash makes the sequence hand one out twice;
 //! - one round trip per operation in the common cases (prepared statements): a new key, a replay,
 //!   a live lease, a completion; a second for a takeover (the function), for a holder whose lease
-//!   was lost (the read that says why), and when a concurrent writer changed the row between the
-//!   statement's snapshot and its lock (the statement is rerun);
+//!   was lost (the read that says why), when a concurrent writer changed the row between the
+//!   statement's snapshot and its lock (the statement is rerun), and for a new key claimed right
+//!   after a run of replays (the claim read first, `CLAIM_READ`, and found no row);
 //! - a failure to reach the database, or an answer later than the statement timeout, is
 //!   [`Error::Unavailable`]: nothing is replayed or acquired from it. Only this module imports
 //!   `tokio_postgres` and `deadpool_postgres`.
