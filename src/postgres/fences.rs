@@ -52,8 +52,6 @@ struct Block {
     left: VecDeque<i64>,
     /// The token taken last, while nothing was taken after it: it may go back.
     last: Option<i64>,
-    /// The timeline of the block's tokens.
-    epoch: u64,
     /// When the block was drawn.
     drawn: Option<Instant>,
 }
@@ -63,8 +61,9 @@ impl PgStore {
     /// if it is empty or older than the newest timeline seen.
     pub(crate) async fn take_fence(&self) -> Result<i64> {
         let mut b = self.fences.block.lock().await;
-        let seen = self.epoch_seen.load(std::sync::atomic::Ordering::Relaxed);
-        if b.epoch < seen || b.drawn.is_none_or(|at| at.elapsed() > MAX_AGE) {
+        let seen = self.epoch_seen.load(Ordering::Relaxed);
+        let older = |t: &i64| epoch_of(u64::try_from(*t).unwrap_or(0)) < seen;
+        if b.left.front().is_some_and(older) || b.drawn.is_none_or(|at| at.elapsed() > MAX_AGE) {
             b.left.clear();
         }
         let issued = self.fences.issued.load(Ordering::Relaxed);
@@ -83,9 +82,8 @@ impl PgStore {
                     })?,
                 );
             }
-            drawn.sort_unstable();
+            // In increasing order (the statement's `ORDER BY`).
             if let Some(&first) = drawn.first() {
-                b.epoch = epoch_of(u64::try_from(first).unwrap_or(0));
                 self.note_epoch(u64::try_from(first).unwrap_or(0));
             }
             b.left.extend(drawn);
@@ -101,11 +99,10 @@ impl PgStore {
     /// Notes a token a claim acquired with (its block's, or one drawn past the block): the block
     /// never hands out one below it afterwards.
     pub(crate) fn issued(&self, fence: u64) {
-        let fence = i64::try_from(fence).unwrap_or(i64::MAX);
-        if !self.buffered {
-            return;
+        if self.buffered {
+            let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+            self.fences.issued.fetch_max(fence, Ordering::Relaxed);
         }
-        self.fences.issued.fetch_max(fence, Ordering::Relaxed);
     }
 
     /// Gives back a token a claim did not use (it found a row): it is handed out next, unless a

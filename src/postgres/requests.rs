@@ -343,19 +343,22 @@ impl PgStore {
                 read,
             )
             .await;
+        // On an error nothing is noted, and the token is not given back: the statement may have
+        // committed with it.
         if let Ok((claim, _, _)) = &answer {
-            self.hits.note(!matches!(claim, Claim::Acquired(_)));
-        }
-        // Not used: a row was found (or taken over, with a token of the function's). On an
-        // error the statement may have committed with it: it is not given back.
-        if let (Some(t), Ok((claim, _, _))) = (token, &answer) {
-            if !matches!(claim, Claim::Acquired(l) if i64::try_from(l.fence) == Ok(t)) {
+            let acquired = match claim {
+                Claim::Acquired(l) => Some(l.fence),
+                _ => None,
+            };
+            self.hits.note(acquired.is_none());
+            // Not used: a row was found (or taken over, with a token of the function's).
+            if let Some(t) = token.filter(|&t| acquired != u64::try_from(t).ok()) {
                 self.untake_fence(t);
             }
-        }
-        // A token drawn past the block (a takeover's) ends what is left of the block below it.
-        if let Ok((Claim::Acquired(l), _, _)) = &answer {
-            self.issued(l.fence);
+            // A token drawn past the block (a takeover's) ends what is left of the block below.
+            if let Some(fence) = acquired {
+                self.issued(fence);
+            }
         }
         answer
     }

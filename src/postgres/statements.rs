@@ -64,6 +64,21 @@ macro_rules! claim_columns {
     };
 }
 
+/// The key's row as a claim reads it ($1 ns, $2 tenant, $3 key; `$p` the test clock), shaped as
+/// a claim's answer that did not acquire: [`CLAIM_FAST`]'s read branch, and [`CLAIM_READ`].
+macro_rules! key_row {
+    ($p:literal) => {
+        concat!(
+            "SELECT false AS acquired, ",
+            claim_columns!("r"),
+            ", ",
+            now_expr!($p),
+            " AS now FROM idemdb_requests r WHERE r.ns = $1::smallint AND r.tenant = $2::bytea \
+             AND r.key = $3::bytea"
+        )
+    };
+}
+
 /// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock, $8
 /// the claim's fencing token from its store's block (`NULL`: drawn here), $9 whether the claim is
 /// buffered.
@@ -87,11 +102,9 @@ macro_rules! claim_columns {
 /// Any other claim waits for its flush, as the server's setting says.
 pub(crate) const CLAIM_FAST: &str = concat!(
     "WITH r AS (
-    SELECT false AS acquired, ",
-    claim_columns!("r"),
-    ", ",
-    now_expr!("$7"),
-    " AS now FROM idemdb_requests r WHERE r.ns = $1::smallint AND r.tenant = $2::bytea AND r.key = $3::bytea),
+    ",
+    key_row!("$7"),
+    "),
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
         fence, attempts, takeovers, state, lease_until, taken_over)
@@ -119,13 +132,7 @@ SELECT * FROM r"
 /// it answers without a write (a replay, a mismatch, a live lease), as [`CLAIM_FAST`] would
 /// answer from the same read; no row goes on to [`CLAIM_FAST`] (a second round trip, the cost of
 /// a wrong guess), and a row that looks acquirable to [`CLAIM`].
-pub(crate) const CLAIM_READ: &str = concat!(
-    "SELECT false AS acquired, ",
-    claim_columns!("r"),
-    ", ",
-    now_expr!("$4"),
-    " AS now FROM idemdb_requests r WHERE r.ns = $1::smallint AND r.tenant = $2::bytea AND r.key = $3::bytea"
-);
+pub(crate) const CLAIM_READ: &str = key_row!("$4");
 
 /// [`CLAIM_FAST`] for many keys at once (coalesced claims, `coalesce.rs`): $1 namespaces, $2
 /// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds, $8 tokens
