@@ -116,6 +116,7 @@ pub(crate) fn claim_options(opts: &ConsumerOptions) -> ClaimOptions {
         lease: opts.lease,
         retention: opts.retention,
         durable_pending: true,
+        written_pending: false,
     }
 }
 

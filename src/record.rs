@@ -277,6 +277,14 @@ pub struct ClaimOptions {
     /// attempt counted (`Lease::attempt`, `Lease::takeover`). Default: `false` (one durable write
     /// per request). Always `true` on PostgreSQL.
     pub durable_pending: bool,
+    /// Whether the pending record of an acquired lease is written at the claim without waiting
+    /// for the disk, whatever the store's [`crate::Durability`]: it survives a crash of the
+    /// process (kill -9), so the key stays in progress until the lease runs out and the next
+    /// acquirer sees the takeover, but not a crash of the machine (the holder's synced
+    /// completion makes it durable with its own write). No sync of its own, unlike
+    /// `durable_pending`, which it yields to. Default: `false`. On PostgreSQL a pending row is
+    /// always written.
+    pub written_pending: bool,
 }
 
 impl ClaimOptions {
@@ -290,6 +298,12 @@ impl ClaimOptions {
     #[must_use]
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = Some(d);
+        self
+    }
+    /// Asks for a pending record written without a sync (see the field `written_pending`).
+    #[must_use]
+    pub fn written_pending(mut self, yes: bool) -> Self {
+        self.written_pending = yes;
         self
     }
     /// Asks for a durable pending record (see the field `durable_pending`).

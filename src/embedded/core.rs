@@ -259,6 +259,24 @@ impl Core {
         Ok(())
     }
 
+    /// As [`Core::persist`], without waiting for a sync of the WAL whatever the store's
+    /// durability (`ClaimOptions::written_pending`): the write survives a crash of the process,
+    /// and the next synced write makes it durable with its own.
+    pub(crate) fn persist_unsynced(
+        &self,
+        stripe: &mut StripeGuard<'_>,
+        rkey: &[u8],
+        stored_slot: Option<(Millis, u64)>,
+        rec: Record,
+    ) -> Result<()> {
+        let mut batch = self.engine.batch();
+        add_record(&mut batch, rkey, stored_slot, &rec)?;
+        self.engine.write_buffered(batch)?;
+        stripe.drop_volatile(rkey);
+        stripe.written(rkey, rec);
+        Ok(())
+    }
+
     /// Keeps `rec` as the in-memory record of `rkey`, above the stored record whose index entry
     /// is at `stored_slot` (if any).
     pub(crate) fn keep_in_memory(

@@ -144,7 +144,8 @@ impl Store {
         // The slot of the stored record the new one replaces (an in-memory record stands above
         // one, or none).
         let stored_slot = below_memory.unwrap_or(old_slot);
-        let kept = !opts.durable_pending && (below_memory.is_some() || self.core.memory_room());
+        let written = opts.durable_pending || opts.written_pending;
+        let kept = !written && (below_memory.is_some() || self.core.memory_room());
         let lease = Lease {
             tenant: tenant.to_vec(),
             key: key.to_vec(),
@@ -159,6 +160,9 @@ impl Store {
         if kept {
             self.core
                 .keep_in_memory(&mut stripe, &rkey, stored_slot, new);
+        } else if opts.written_pending && !opts.durable_pending {
+            self.core
+                .persist_unsynced(&mut stripe, &rkey, stored_slot, new)?;
         } else {
             self.core.persist(&mut stripe, &rkey, stored_slot, new)?;
         }

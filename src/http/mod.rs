@@ -87,7 +87,41 @@
 //!
 //! ### `handler-body-failed`
 //! **502 Bad Gateway.** The handler's response body failed before its end; the key was released,
-//! so the request may be retried.
+//! so the request may be retried (unless the response carried [`StoreOverride::Store`]: then
+//! this answer is stored as the key's outcome and replayed to every retry).
+//!
+//! ## Answers of `idemdb proxy`
+//!
+//! The proxy (the `idemdb` binary, feature `proxy`) answers these itself, in the same format.
+//!
+//! ### `upstream-unreachable`
+//! **502 Bad Gateway.** No connection to the upstream could be made, so the request was not
+//! sent; its key was released. Retry later.
+//!
+//! ### `upstream-outcome-unknown`
+//! **502 Bad Gateway.** The request reached the upstream and no whole answer came back (the
+//! connection was lost, the proxy shut down, or a proxy holding the key died and its lease was
+//! taken over): the upstream may have acted. On a route with `on-unknown=fail` (the default) this
+//! answer is stored for the key and replayed to every retry, so the request is never sent twice;
+//! an operator who has checked the upstream can `idemdb forget` the key. With
+//! `on-unknown=release` the key was released.
+//!
+//! ### `upstream-timeout`
+//! **504 Gateway Timeout.** The upstream did not answer within the proxy's `--upstream-timeout`;
+//! it may still act. Stored or released as `upstream-outcome-unknown` is.
+//!
+//! ### `proxy-request-invalid`
+//! **400 Bad Request.** The request's path could not be sent on to the upstream.
+//!
+//! # What the handler sees and can decide
+//!
+//! - Every request the handler runs for carries an [`Attempt`] in its extensions: which attempt
+//!   of the key this is and whether its lease was taken over from a holder that vanished (a
+//!   crashed process: the effect may already have happened).
+//! - A response may carry a [`StoreOverride`] in its extensions, which decides for that response
+//!   whether it is stored or releases the key, whatever its status.
+//! - A response too large for the store is sent to the client whole, not stored (the key is
+//!   released), and carries `Idempotent-Stored: false`.
 
 mod body;
 mod estimate;
@@ -108,6 +142,34 @@ use crate::async_store::AsyncStore;
 
 pub use body::{BoxError, HttpBody};
 pub use service::Idempotency;
+
+/// In the extensions of every request the wrapped handler runs for: which attempt of its key
+/// this is. A handler that must not repeat an effect after a crash checks
+/// [`Attempt::takeover`]: the previous holder's lease ran out without an outcome (its process
+/// died or hung), so its effect may or may not have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// 1 for the first attempt, then one more per release (a 5xx, by default) or takeover.
+    pub number: u32,
+    /// Whether this lease was taken over from a holder whose lease expired.
+    pub takeover: bool,
+    /// The lease's fencing token (increases with every acquisition of the key).
+    pub fence: u64,
+}
+
+/// Put in a response's extensions by the handler, to decide for this response whether the layer
+/// stores it or releases the key, whatever [`IdempotencyLayer::store_status`] says of its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreOverride {
+    /// Store the response and replay it to every retry. Also: if its body fails before its end,
+    /// store a 502 (`handler-body-failed`) as the key's outcome instead of releasing the key
+    /// (the handler has said its effect happened, so a retry must not run it again).
+    Store,
+    /// Release the key: a retry runs the handler again.
+    Release,
+}
 
 type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
@@ -158,6 +220,7 @@ pub(crate) struct Options {
     pub(crate) while_running: WhileRunning,
     pub(crate) store_status: Arc<StatusFn>,
     pub(crate) max_request_bytes: usize,
+    pub(crate) written_pending: bool,
     pub(crate) lease: Duration,
     pub(crate) retention: Duration,
     pub(crate) problem_docs: String,
@@ -198,6 +261,7 @@ impl IdempotencyLayer {
                 while_running: WhileRunning::Reject,
                 store_status: Arc::new(|s: StatusCode| s.as_u16() < 500),
                 max_request_bytes: 1 << 20,
+                written_pending: false,
                 lease,
                 retention,
                 problem_docs: problem::DEFAULT_DOCS.to_owned(),
@@ -301,6 +365,18 @@ impl IdempotencyLayer {
         self.with(|o| o.max_request_bytes = n)
     }
 
+    /// Whether a key's pending record is written to the store when its claim acquires it
+    /// ([`crate::ClaimOptions::written_pending`]: without a sync of its own), so that after a
+    /// crash of this process the key stays in progress until its lease ends and the next holder
+    /// sees [`Attempt::takeover`]. Without it, an embedded store keeps pending records in memory:
+    /// a crash of the process forgets them and a retry runs the handler as a first attempt. A
+    /// crash of the machine forgets an unsynced pending record either way. PostgreSQL always
+    /// writes it. Default: `false`.
+    #[must_use]
+    pub fn written_pending(self, yes: bool) -> Self {
+        self.with(|o| o.written_pending = yes)
+    }
+
     /// The handler's lease, renewed every third of it while the handler runs. Default: the
     /// store's lease (30 s).
     #[must_use]
@@ -339,6 +415,18 @@ impl IdempotencyLayer {
     /// What the layer has done so far (shared by every service this layer built).
     pub fn stats(&self) -> HttpStats {
         self.opts.stats.snapshot()
+    }
+
+    /// A problem response in this layer's format (RFC 9457 `application/problem+json` with a
+    /// `code`, its `type` and `Link` from [`IdempotencyLayer::problem_type_base`]), for refusals
+    /// a handler makes itself.
+    pub fn problem(
+        &self,
+        status: StatusCode,
+        code: &str,
+        detail: &str,
+    ) -> http::Response<HttpBody> {
+        problem::problem(&self.opts.problem_docs, status, code, detail)
     }
 }
 

@@ -25,6 +25,27 @@ pub(crate) fn problem(
     code: &str,
     detail: &str,
 ) -> Response<HttpBody> {
+    let (uri, body) = document(docs, status, code, detail);
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    if let Some(link) = link(docs, &uri) {
+        headers.insert(header::LINK, link);
+    }
+    resp
+}
+
+/// The problem's `type` URI and its JSON document.
+pub(crate) fn document(
+    docs: &str,
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+) -> (String, String) {
     let title = status.canonical_reason().unwrap_or("Error");
     let uri = if docs.is_empty() {
         "about:blank".to_owned()
@@ -39,19 +60,15 @@ pub(crate) fn problem(
         json_string(code),
         json_string(detail)
     );
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if !docs.is_empty() && !uri.contains(['<', '>']) {
-        if let Ok(link) = HeaderValue::from_str(&format!("<{uri}>; rel=\"help\"")) {
-            headers.insert(header::LINK, link);
-        }
+    (uri, body)
+}
+
+/// The `Link: <uri>; rel="help"` header of a problem, when it can be sent.
+fn link(docs: &str, uri: &str) -> Option<HeaderValue> {
+    if docs.is_empty() || uri.contains(['<', '>']) {
+        return None;
     }
-    resp
+    HeaderValue::from_str(&format!("<{uri}>; rel=\"help\"")).ok()
 }
 
 /// A JSON string literal for `s`.

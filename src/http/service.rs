@@ -22,10 +22,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
 use super::estimate::{retry_after_secs, Route};
 use super::key::{fingerprint_request, parse_key};
-use super::problem::problem;
+use super::problem::{document, problem};
 use super::stored::{meta_of, meta_size, replay_response};
 use super::tenant::{tenant_of, NoTenant};
-use super::{Counters, Options, WhileRunning};
+use super::{Attempt, Counters, Options, StoreOverride, WhileRunning};
 use crate::async_store::{Detached, OnRelease};
 use crate::error::{Error, Result};
 use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, Response};
@@ -202,7 +202,8 @@ where
 
     let claim_opts = ClaimOptions::default()
         .lease(opts.lease)
-        .retention(opts.retention);
+        .retention(opts.retention)
+        .written_pending(opts.written_pending);
     let deadline = match opts.while_running {
         WhileRunning::Reject => Instant::now(),
         WhileRunning::Wait(d) => Instant::now() + d,
@@ -255,6 +256,12 @@ where
 
     // From here on the outcome must be recorded even if this future is dropped (the client went
     // away): if it is, `Detached` hands the rest to the runtime to finish.
+    let mut parts = parts;
+    parts.extensions.insert(Attempt {
+        number: lease.attempt(),
+        takeover: lease.is_takeover(),
+        fence: lease.fence(),
+    });
     let req = Request::from_parts(parts, B::from(body));
     Detached::new(run_leased(opts, inner, req, lease, route)).await
 }
@@ -295,7 +302,20 @@ enum Ran<E> {
     /// The whole response, with the metadata it is stored under.
     Whole(http::response::Parts, BTreeMap<String, String>, Bytes),
     TooLarge(http::response::Parts, HttpBody),
-    BodyFailed,
+    /// The body failed; `keep` when the response said [`StoreOverride::Store`].
+    BodyFailed {
+        keep: bool,
+    },
+}
+
+/// Whether the response with these parts is stored: its [`StoreOverride`] if it carries one,
+/// otherwise what the layer's `store_status` says of its status.
+fn stored(opts: &Options, parts: &http::response::Parts) -> bool {
+    match parts.extensions.get::<StoreOverride>() {
+        Some(StoreOverride::Store) => true,
+        Some(StoreOverride::Release) => false,
+        None => (opts.store_status)(parts.status),
+    }
 }
 
 /// Runs the handler under `lease`, renewing it every third of its length, then stores the
@@ -327,7 +347,9 @@ where
         match read_limited(body, max.saturating_sub(meta_size(&meta))).await {
             Read::Whole(b) => Ran::Whole(parts, meta, b),
             Read::TooLarge(b) => Ran::TooLarge(parts, b),
-            Read::Failed => Ran::BodyFailed,
+            Read::Failed => Ran::BodyFailed {
+                keep: parts.extensions.get::<StoreOverride>() == Some(&StoreOverride::Store),
+            },
         }
     }));
 
@@ -355,35 +377,25 @@ where
 
     match ran {
         Some(Ran::Whole(parts, meta, bytes)) => {
-            if (opts.store_status)(parts.status) {
-                // Built per try from the shared bytes (one copy, as a single try needs).
-                let response = || Response {
-                    body: bytes.to_vec(),
-                    meta: meta.clone(),
-                };
-                let finished = |l: &LeaseLost| matches!(l, LeaseLost::Finished);
-                let stored = persist(held_until, finished, || {
-                    opts.store.complete(&lease, response())
-                });
-                match stored.await {
-                    Ok(Ok(())) => Counters::bump(&stats.executed),
-                    Ok(Err(_)) => Counters::bump(&stats.lease_lost),
-                    Err(_) => Counters::bump(&stats.store_errors),
-                }
+            if stored(&opts, &parts) {
+                store(&opts, &lease, held_until, &bytes, &meta).await;
             } else {
                 release(&opts, lease, held_until, &stats.released).await;
             }
             Ok(HttpResponse::from_parts(parts, full(bytes)))
         }
-        Some(Ran::TooLarge(parts, body)) => {
+        Some(Ran::TooLarge(mut parts, body)) => {
             release(&opts, lease, held_until, &stats.oversized).await;
+            parts
+                .headers
+                .insert(NOT_STORED, HeaderValue::from_static("false"));
             Ok(HttpResponse::from_parts(parts, body))
         }
         Some(Ran::Error(e)) => {
             release(&opts, lease, held_until, &stats.released).await;
             Err(e)
         }
-        Some(Ran::BodyFailed) => {
+        Some(Ran::BodyFailed { keep: false }) => {
             release(&opts, lease, held_until, &stats.released).await;
             Ok(problem(
                 &opts.problem_docs,
@@ -391,6 +403,18 @@ where
                 "handler-body-failed",
                 "the handler's response body failed before its end; the key was released",
             ))
+        }
+        Some(Ran::BodyFailed { keep: true }) => {
+            // The handler said its effect happened: its failure is the key's outcome.
+            let status = StatusCode::BAD_GATEWAY;
+            let detail = "the handler's response body failed before its end, after its effect; \
+                          this answer is stored for every retry";
+            let code = "handler-body-failed";
+            let (parts, sent) = problem(&opts.problem_docs, status, code, detail).into_parts();
+            let (_, body) = document(&opts.problem_docs, status, code, detail);
+            let meta = meta_of(&parts, &[header::CONTENT_TYPE, header::LINK]);
+            store(&opts, &lease, held_until, &Bytes::from(body), &meta).await;
+            Ok(HttpResponse::from_parts(parts, sent))
         }
         None => {
             release(&opts, lease, held_until, &stats.released).await;
@@ -401,6 +425,33 @@ where
                 "the handler panicked; the key was released and the request may be retried",
             ))
         }
+    }
+}
+
+/// The header on a response too large to store: sent whole, not stored, the key released.
+const NOT_STORED: &str = "idempotent-stored";
+
+/// Stores the handler's response as the key's outcome and counts it.
+async fn store(
+    opts: &Options,
+    lease: &Lease,
+    held_until: Instant,
+    bytes: &Bytes,
+    meta: &BTreeMap<String, String>,
+) {
+    // Built per try from the shared bytes (one copy, as a single try needs).
+    let response = || Response {
+        body: bytes.to_vec(),
+        meta: meta.clone(),
+    };
+    let finished = |l: &LeaseLost| matches!(l, LeaseLost::Finished);
+    let stored = persist(held_until, finished, || {
+        opts.store.complete(lease, response())
+    });
+    match stored.await {
+        Ok(Ok(())) => Counters::bump(&opts.stats.executed),
+        Ok(Err(_)) => Counters::bump(&opts.stats.lease_lost),
+        Err(_) => Counters::bump(&opts.stats.store_errors),
     }
 }
 

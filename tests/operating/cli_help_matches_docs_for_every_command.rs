@@ -22,6 +22,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "sweep",
             "forget",
             "migrate",
+            "proxy",
             "help",
             "--help",
             "--version",
@@ -86,6 +87,27 @@ const COMMANDS: &[(&str, &[&str])] = &[
     (
         "migrate",
         &["--postgres <URL>", "--to <VERSION>", "--status", "--help"],
+    ),
+    (
+        "proxy",
+        &[
+            "--listen <ADDR>",
+            "--upstream <URL>",
+            "--db <DIR>",
+            "--postgres <URL>",
+            "--routes <FILE>",
+            "--inventory",
+            "--max-connections <N>",
+            "--upstream-timeout <DUR>",
+            "--request-timeout <DUR>",
+            "--drain-timeout <DUR>",
+            "--threads <N>",
+            "--durability <MODE>",
+            "--log <FILTER>",
+            "--help",
+            "ROUTES FILE",
+            "on-unknown=fail|release",
+        ],
     ),
 ];
 

@@ -8,6 +8,8 @@
 mod demo;
 mod fleet;
 mod inspect;
+#[cfg(feature = "proxy")]
+mod proxy;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +57,9 @@ enum Command {
     Forget(ForgetArgs),
     /// Apply the PostgreSQL schema, move it to a version (--to), or list its steps (--status)
     Migrate(MigrateArgs),
+    /// Put the idempotency layer in front of an HTTP service in any language (a reverse proxy)
+    #[cfg(feature = "proxy")]
+    Proxy(ProxyArgs),
 }
 
 // Where a command finds its store: an embedded store's directory or a fleet's PostgreSQL, exactly
@@ -190,6 +195,87 @@ struct MigrateArgs {
     /// List the schema steps and when each was applied; change nothing
     #[arg(long)]
     status: bool,
+}
+
+#[cfg(feature = "proxy")]
+#[derive(Args)]
+#[command(
+    override_usage = "idemdb proxy --listen <ADDR> --upstream <URL> <--db <DIR>|--postgres <URL>> \
+                      [OPTIONS]
+       idemdb proxy --inventory [--routes <FILE>]",
+    after_help = "The proxy prints `idemdb proxy: listening on ADDR` when ready (--listen with \
+                  port 0: a free port).\n\
+                  Proxies on one PostgreSQL act as one. --upstream-timeout also bounds the wait \
+                  between parts of\nthe upstream's body; --request-timeout bounds a request's \
+                  headers and its whole body.\n\
+                  --durability synced: each stored answer is synced before it is sent (survives \
+                  a machine crash);\nbuffered: survives a crash of the proxy only.\n\
+                  --log: a level, or target=level pairs (idemdb::http=info: a line per request).\n\
+                  \n\
+                  ROUTES FILE (the idempotency inventory): one route per line, `#` comments:\n  \
+                  METHODS PATH LEVEL [OPTION=VALUE ...]\n  \
+                  POST        /payments     hard  principal=header:x-api-key lease=10s\n  \
+                  POST,PATCH  /orders/*     soft  principal=jwt-sub:authorization\n  \
+                  *           /internal/**  none\n\
+                  METHODS: upper-case names separated by commas, or * (a keyed * route keys \
+                  POST, PUT, PATCH,\nDELETE). PATH: `*` or `{id}` one segment, `**` \
+                  (last) any rest. LEVEL: hard\n(Idempotency-Key required), soft (keyed when \
+                  sent), none (passed through). OPTIONS and defaults:\n  \
+                  principal=anonymous|header:NAME|jwt-sub:NAME   whose keys (default anonymous: \
+                  one scope)\n  \
+                  lease=30s  retention=24h  max-body=1MiB  wait=0s (a duplicate's wait, then \
+                  409)\n  \
+                  fingerprint=content-type (headers besides method, path, query, body; or none)\n  \
+                  on-unknown=fail|release (default fail: an answer lost at the upstream is \
+                  stored, never resent)\n\
+                  The first matching route decides; an unmatched request passes through. \
+                  Without --routes:\nPOST,PATCH /** soft. The proxy answers GET /_idemdb/health \
+                  and /_idemdb/metrics itself.\n\
+                  A bad routes file stops the proxy at start, naming the line (exit status 2).\n\
+                  A key's tenant (for idemdb inspect and forget) is `p` + its principal \
+                  (`panonymous`), or `h` +\nits hash when over 63 bytes."
+)]
+struct ProxyArgs {
+    /// The address to listen on, like 127.0.0.1:8080
+    #[arg(long, value_name = "ADDR", required_unless_present = "inventory")]
+    listen: Option<std::net::SocketAddr>,
+    /// The service behind the proxy, like http://127.0.0.1:8000
+    #[arg(long, value_name = "URL", required_unless_present = "inventory")]
+    upstream: Option<String>,
+    /// The embedded store's directory; wins over IDEMDB_POSTGRES_URL
+    #[arg(long, value_name = "DIR")]
+    db: Option<PathBuf>,
+    /// The fleet's PostgreSQL URL
+    #[arg(long, value_name = "URL", env = POSTGRES_ENV, hide_env_values = true)]
+    postgres: Option<String>,
+    /// The routes file [default: POST,PATCH /** soft]
+    #[arg(long, value_name = "FILE")]
+    routes: Option<PathBuf>,
+    /// Print the routes as a table and exit
+    #[arg(long)]
+    inventory: bool,
+    /// Client connections served at once (more wait)
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_connections: usize,
+    /// The upstream's time to answer (then 504)
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = proxy::parse_duration)]
+    upstream_timeout: std::time::Duration,
+    /// A client's time to send a request
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = proxy::parse_duration)]
+    request_timeout: std::time::Duration,
+    /// On SIGTERM, the time requests in flight get
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = proxy::parse_duration)]
+    drain_timeout: std::time::Duration,
+    /// Threads serving requests (1: the least CPU per request)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// With --db: synced or buffered [default: synced]
+    #[arg(long, value_name = "MODE", value_parser = ["synced", "buffered"], requires = "db",
+          hide_possible_values = true)]
+    durability: Option<String>,
+    /// What to log on stderr
+    #[arg(long, value_name = "FILTER", default_value = "warn")]
+    log: String,
 }
 
 /// What `forget` removes.
@@ -401,6 +487,33 @@ fn run(command: Command, matches: &ArgMatches) -> Result<ExitCode, String> {
                     Ok(ExitCode::SUCCESS)
                 }
             }
+        }
+        #[cfg(feature = "proxy")]
+        Command::Proxy(a) => {
+            if a.inventory {
+                return proxy::inventory(a.routes);
+            }
+            let store = StoreArgs {
+                db: a.db,
+                postgres: a.postgres,
+            }
+            .resolve("proxy", matches);
+            let (Some(listen), Some(upstream)) = (a.listen, a.upstream) else {
+                unreachable!("clap requires --listen and --upstream without --inventory")
+            };
+            proxy::run(proxy::Options {
+                listen,
+                upstream,
+                store,
+                routes: a.routes,
+                max_connections: a.max_connections,
+                upstream_timeout: a.upstream_timeout,
+                request_timeout: a.request_timeout,
+                drain_timeout: a.drain_timeout,
+                log: a.log,
+                buffered: a.durability.as_deref() == Some("buffered"),
+                threads: a.threads,
+            })
         }
         Command::Migrate(a) => fleet::run(
             &a.postgres,

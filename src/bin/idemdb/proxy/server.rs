@@ -1,0 +1,404 @@
+//! The proxy's server: connections, routing, the admin paths and shutdown. Invariant: every
+//! request is handled in a task of its own, counted until it ends, so that a client that goes
+//! away never cuts a keyed request short (its response is still stored or its key released), and
+//! a shutdown waits for every such task: first while connections finish (`--drain-timeout`),
+//! then after telling calls still at the upstream to give up (their keys end as the route says).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use idemdb::http::{HttpBody, Idempotency, IdempotencyLayer, WhileRunning};
+use idemdb::{AsyncStore, Config, Durability};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::{watch, Notify, Semaphore};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::body::{ProxyBody, Timed};
+use super::routes::{Level, OnUnknown, Principal, Routes};
+use super::upstream::{Forwarder, Peer, Upstream};
+use super::Options;
+use crate::Target;
+
+/// The prefix of the paths the proxy answers itself.
+const ADMIN: &str = "/_idemdb/";
+
+/// Logs to stderr: `--log` is a list of `target=level` (or a bare level); with
+/// `idemdb::http=info`, every request's span is printed when it ends (an access log).
+pub(crate) fn init_logging(filter: &str) -> Result<(), String> {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let targets: tracing_subscriber::filter::Targets = filter.parse().map_err(|e| {
+        format!("--log {filter}: {e} (write a level, like warn, or target=level pairs)")
+    })?;
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_span_events(FmtSpan::CLOSE),
+        )
+        .with(targets)
+        .try_init()
+        .map_err(|e| format!("logging could not start: {e}"))
+}
+
+/// Requests still being handled, and a wake-up when one ends.
+#[derive(Default)]
+struct InFlight {
+    count: AtomicUsize,
+    ended: Notify,
+}
+
+struct Guard(Arc<InFlight>);
+
+impl InFlight {
+    fn enter(this: &Arc<InFlight>) -> Guard {
+        this.count.fetch_add(1, Ordering::SeqCst);
+        Guard(this.clone())
+    }
+
+    /// Waits until no request is in flight, at most `limit`: whether none is.
+    async fn settle(&self, limit: Duration) -> bool {
+        let until = tokio::time::Instant::now() + limit;
+        loop {
+            let ended = self.ended.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(until, ended).await.is_err() {
+                return self.count.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.ended.notify_waiters();
+    }
+}
+
+/// Everything a request needs, shared by every connection.
+struct App {
+    routes: Routes,
+    /// The idempotent service of each keyed route (`None` for a `none` route), by index.
+    keyed: Vec<Option<Idempotency<Forwarder>>>,
+    /// Requests no keyed route takes.
+    passthrough: Forwarder,
+    store: AsyncStore,
+    metrics: PrometheusHandle,
+    request_timeout: Duration,
+    in_flight: Arc<InFlight>,
+}
+
+/// Opens the store, binds, prints the address, serves until a signal, then drains.
+pub(crate) async fn serve(
+    o: Options,
+    routes: Routes,
+    metrics: PrometheusHandle,
+) -> Result<(), String> {
+    let store: AsyncStore = match &o.store {
+        Target::Db(dir) => Config::new(dir)
+            .durability(if o.buffered {
+                Durability::Buffered
+            } else {
+                Durability::Synced
+            })
+            .open()
+            .map_err(|e| format!("the store in {}: {e}", dir.display()))?
+            .into(),
+        Target::Postgres(url) => Config::postgres(url)
+            .open_async()
+            .await
+            .map_err(|e| format!("the store on PostgreSQL: {e}"))?,
+    };
+    let (stop, stopping) = watch::channel(false);
+    let problems = IdempotencyLayer::new(store.clone());
+    let upstream = Arc::new(Upstream::new(
+        &o.upstream,
+        o.upstream_timeout,
+        o.max_connections,
+        problems,
+        stopping,
+    )?);
+    let keyed = routes
+        .routes
+        .iter()
+        .map(|r| {
+            (r.level != Level::None).then(|| {
+                let layer = IdempotencyLayer::new(store.clone())
+                    .methods(r.keyed_methods())
+                    .require_key(r.level == Level::Hard)
+                    .principal(principal(&r.principal))
+                    .fingerprint_headers(r.fingerprint.clone())
+                    .lease(r.lease)
+                    .retention(r.retention)
+                    .max_request_bytes(r.max_body)
+                    .while_running(if r.wait.is_zero() {
+                        WhileRunning::Reject
+                    } else {
+                        WhileRunning::Wait(r.wait)
+                    })
+                    // A key of a route that must not send a request twice outlives a crash of
+                    // this process, so that its next holder sees the takeover.
+                    .written_pending(r.on_unknown == OnUnknown::Fail);
+                layer.layer(Forwarder::new(upstream.clone(), r.on_unknown))
+            })
+        })
+        .collect();
+    let app = Arc::new(App {
+        routes,
+        keyed,
+        passthrough: Forwarder::new(upstream.clone(), OnUnknown::Release),
+        store: store.clone(),
+        metrics,
+        request_timeout: o.request_timeout,
+        in_flight: Arc::default(),
+    });
+
+    let listener = tokio::net::TcpListener::bind(o.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", o.listen))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("--listen {}: {e}", o.listen))?;
+    // The one line a supervisor (or a test) waits for.
+    println!("idemdb proxy: listening on {local}");
+    eprintln!(
+        "idemdb proxy: upstream http://{}, {} store, routes: {}",
+        upstream.authority(),
+        store.backend_name(),
+        app.routes.source
+    );
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("SIGTERM cannot be handled: {e}"))?;
+    let signalled = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    tokio::pin!(signalled);
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(o.max_connections.max(1)));
+    loop {
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.map_err(|e| e.to_string())?,
+            () = &mut signalled => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors, a connection reset before accept: not fatal.
+                    tracing::warn!(target: "idemdb::proxy", "accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut signalled => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(o.request_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    eprintln!(
+        "idemdb proxy: stopping: no new connections; waiting up to {} ms for requests in flight",
+        o.drain_timeout.as_millis()
+    );
+    if tokio::time::timeout(o.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!("idemdb proxy: drain time over: calls still at the upstream give up");
+    }
+    let _ = stop.send(true);
+    // Calls that gave up still store or release their keys (a store call is bounded by the
+    // store's own timeouts).
+    if !app.in_flight.settle(Duration::from_secs(30)).await {
+        eprintln!(
+            "idemdb proxy: requests still unfinished after 30 s; their keys end with their leases"
+        );
+    }
+    eprintln!("idemdb proxy: stopped");
+    Ok(())
+}
+
+/// One request: an admin path, or routed to its keyed route or straight to the upstream, in a
+/// task of its own.
+async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<HttpBody> {
+    if req.uri().path().starts_with(ADMIN) {
+        return admin(&app, &req).await;
+    }
+    let deadline = tokio::time::Instant::now() + app.request_timeout;
+    let mut req = req.map(|b| ProxyBody::Stream(Timed::deadline(b, deadline, "the request body")));
+    req.extensions_mut().insert(Peer(peer));
+    let guard = InFlight::enter(&app.in_flight);
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        let route = app
+            .routes
+            .find(req.method(), req.uri().path())
+            .map(|(i, _)| i);
+        match route.and_then(|i| app.keyed[i].clone()) {
+            Some(mut svc) => {
+                let _ = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
+                match svc.call(req).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                }
+            }
+            None => match app.passthrough.clone().call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            },
+        }
+    });
+    match task.await {
+        Ok(resp) => resp,
+        Err(_) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the proxy failed on this request\n",
+        ),
+    }
+}
+
+/// `GET /_idemdb/health` (200 when the store answers, 503 otherwise) and `GET
+/// /_idemdb/metrics` (Prometheus text).
+async fn admin(app: &App, req: &Request<Incoming>) -> Response<HttpBody> {
+    let path = &req.uri().path()[ADMIN.len()..];
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the proxy's own paths answer GET\n",
+        );
+    }
+    match path {
+        "health" => {
+            let backend = app.store.backend_name();
+            match tokio::time::timeout(Duration::from_secs(5), app.store.now()).await {
+                Ok(Ok(_)) => json(
+                    StatusCode::OK,
+                    serde_json::json!({"status": "ok", "store": backend}),
+                ),
+                Ok(Err(e)) => json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({"status": "unavailable", "store": backend, "error": e.to_string()}),
+                ),
+                Err(_) => json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({"status": "unavailable", "store": backend, "error": "no answer within 5 s"}),
+                ),
+            }
+        }
+        "metrics" => {
+            let mut resp = plain(StatusCode::OK, &app.metrics.render());
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            resp
+        }
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "the proxy's own paths are /_idemdb/health and /_idemdb/metrics\n",
+        ),
+    }
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<HttpBody> {
+    let mut resp = Response::new(full(text.to_owned()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn json(status: StatusCode, value: serde_json::Value) -> Response<HttpBody> {
+    let mut resp = Response::new(full(value.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn full(s: String) -> HttpBody {
+    Full::new(bytes::Bytes::from(s))
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// The layer's principal function for a route.
+fn principal(
+    p: &Principal,
+) -> impl Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static {
+    let p = p.clone();
+    move |parts: &http::request::Parts| match &p {
+        Principal::Anonymous => Some("anonymous".to_owned()),
+        Principal::Header(name) => {
+            let v = parts.headers.get(name)?.to_str().ok()?.trim();
+            (!v.is_empty()).then(|| v.to_owned())
+        }
+        Principal::JwtSub(name) => {
+            let v = parts.headers.get(name)?.to_str().ok()?.trim();
+            jwt_subject(v.strip_prefix("Bearer ").unwrap_or(v))
+        }
+    }
+}
+
+/// The `sub` claim of a JWT (not verified: the upstream that receives it does that).
+fn jwt_subject(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let sub = claims.get("sub")?.as_str()?;
+    (!sub.is_empty()).then(|| sub.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jwt_subject;
+
+    #[test]
+    fn a_jwt_subject_is_read_from_its_payload() {
+        // {"alg":"none"} . {"sub":"acct_42","exp":1}
+        let token = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhY2N0XzQyIiwiZXhwIjoxfQ.";
+        assert_eq!(jwt_subject(token).as_deref(), Some("acct_42"));
+        assert_eq!(jwt_subject("not-a-jwt"), None);
+        assert_eq!(jwt_subject("a.!!!.c"), None);
+    }
+}
