@@ -253,25 +253,27 @@ impl Core {
         stored_slot: Option<(Millis, u64)>,
         rec: Record,
     ) -> Result<()> {
-        self.write_record(rkey, stored_slot, &rec)?;
-        stripe.drop_volatile(rkey);
-        stripe.written(rkey, rec);
-        Ok(())
+        self.persist_with(stripe, rkey, stored_slot, rec, true)
     }
 
-    /// As [`Core::persist`], without waiting for a sync of the WAL whatever the store's
-    /// durability (`ClaimOptions::written_pending`): the write survives a crash of the process,
-    /// and the next synced write makes it durable with its own.
-    pub(crate) fn persist_unsynced(
+    /// [`Core::persist`]; with `durable` false, without waiting for a sync of the WAL whatever
+    /// the store's durability (`ClaimOptions::written_pending`): the write survives a crash of
+    /// the process, and the next synced write makes it durable with its own.
+    pub(crate) fn persist_with(
         &self,
         stripe: &mut StripeGuard<'_>,
         rkey: &[u8],
         stored_slot: Option<(Millis, u64)>,
         rec: Record,
+        durable: bool,
     ) -> Result<()> {
-        let mut batch = self.engine.batch();
-        add_record(&mut batch, rkey, stored_slot, &rec)?;
-        self.engine.write_buffered(batch)?;
+        if durable {
+            self.write_record(rkey, stored_slot, &rec)?;
+        } else {
+            let mut batch = self.engine.batch();
+            add_record(&mut batch, rkey, stored_slot, &rec)?;
+            self.engine.write_buffered(batch)?;
+        }
         stripe.drop_volatile(rkey);
         stripe.written(rkey, rec);
         Ok(())

@@ -162,7 +162,7 @@ impl Store {
                 .keep_in_memory(&mut stripe, &rkey, stored_slot, new);
         } else if opts.written_pending && !opts.durable_pending {
             self.core
-                .persist_unsynced(&mut stripe, &rkey, stored_slot, new)?;
+                .persist_with(&mut stripe, &rkey, stored_slot, new, false)?;
         } else {
             self.core.persist(&mut stripe, &rkey, stored_slot, new)?;
         }

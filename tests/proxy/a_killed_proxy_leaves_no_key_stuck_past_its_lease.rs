@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::harness::{pause, routes_file, Got, Proxy, Req, Schema, Store, Upstream};
+use crate::harness::{pause, routes_file, Got, Proxy, Req, Store, Upstream};
 
 const N: usize = 12;
 
@@ -124,15 +124,4 @@ fn check(dir: &std::path::Path, store: Store) {
     );
 }
 
-#[test]
-fn embedded() {
-    let dir = tempfile::tempdir().unwrap();
-    check(dir.path(), Store::Db(dir.path().join("store")));
-}
-
-#[test]
-fn postgres() {
-    let schema = Schema::fresh(module_path!());
-    let dir = tempfile::tempdir().unwrap();
-    check(dir.path(), Store::Postgres(schema.url()));
-}
+on_both_stores!();

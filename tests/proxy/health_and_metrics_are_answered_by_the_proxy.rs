@@ -2,7 +2,7 @@
 //! /_idemdb/metrics` (Prometheus text with `idemdb_http_requests_total`) itself, on both
 //! backends; neither reaches the upstream (which has no such paths).
 
-use crate::harness::{Proxy, Req, Schema, Store, Upstream};
+use crate::harness::{Proxy, Req, Store, Upstream};
 
 fn check(dir: &std::path::Path, store: Store) {
     let upstream = Upstream::start(dir);
@@ -38,15 +38,4 @@ fn check(dir: &std::path::Path, store: Store) {
     );
 }
 
-#[test]
-fn embedded() {
-    let dir = tempfile::tempdir().unwrap();
-    check(dir.path(), Store::Db(dir.path().join("store")));
-}
-
-#[test]
-fn postgres() {
-    let schema = Schema::fresh(module_path!());
-    let dir = tempfile::tempdir().unwrap();
-    check(dir.path(), Store::Postgres(schema.url()));
-}
+on_both_stores!();

@@ -11,6 +11,28 @@
 //! `cargo test --release --features http,postgres --test proxy <module>`.
 #![cfg(feature = "proxy")]
 
+/// The module's `check(dir, store)` as two tests, `embedded` (a store directory under `dir`) and
+/// `postgres` (a fresh schema named after the module).
+macro_rules! on_both_stores {
+    () => {
+        #[test]
+        fn embedded() {
+            let dir = tempfile::tempdir().unwrap();
+            check(
+                dir.path(),
+                crate::harness::Store::Db(dir.path().join("store")),
+            );
+        }
+
+        #[test]
+        fn postgres() {
+            let schema = crate::harness::Schema::fresh(module_path!());
+            let dir = tempfile::tempdir().unwrap();
+            check(dir.path(), crate::harness::Store::Postgres(schema.url()));
+        }
+    };
+}
+
 mod clients;
 mod harness;
 

@@ -159,21 +159,17 @@ async fn forward(
         }
         resp
     };
+    // An answer that says the upstream may have acted.
+    let unknown = |status: StatusCode, code: &str, detail: &str| {
+        keep(problem(up, status, code, detail), true)
+    };
     if attempt.is_some_and(|a| a.takeover) && on_unknown == OnUnknown::Fail {
         count("takeover_not_resent");
         let detail = "an earlier attempt with this Idempotency-Key reached the proxy and its \
                       proxy stopped before the upstream's answer was stored: the upstream may \
                       have run it, so it is not sent again (ask the operator to check, then \
                       `idemdb forget` the key, or use a new key for a new operation)";
-        return keep(
-            problem(
-                up,
-                StatusCode::BAD_GATEWAY,
-                "upstream-outcome-unknown",
-                detail,
-            ),
-            true,
-        );
+        return unknown(StatusCode::BAD_GATEWAY, "upstream-outcome-unknown", detail);
     }
     let req = match outgoing(up, req) {
         Ok(r) => r,
@@ -193,7 +189,7 @@ async fn forward(
             count("unknown");
             let detail = "the proxy shut down before the upstream answered; the upstream may \
                           have run the request";
-            return keep(problem(up, StatusCode::BAD_GATEWAY, "upstream-outcome-unknown", detail), true);
+            return unknown(StatusCode::BAD_GATEWAY, "upstream-outcome-unknown", detail);
         }
     };
     match sent {
@@ -215,15 +211,7 @@ async fn forward(
             count("unknown");
             let detail = "the connection to the upstream was lost after the request was sent: \
                           the upstream may have run it";
-            keep(
-                problem(
-                    up,
-                    StatusCode::BAD_GATEWAY,
-                    "upstream-outcome-unknown",
-                    detail,
-                ),
-                true,
-            )
+            unknown(StatusCode::BAD_GATEWAY, "upstream-outcome-unknown", detail)
         }
         Err(_) => {
             count("timeout");
@@ -231,10 +219,7 @@ async fn forward(
                 "the upstream did not answer within {} ms: it may still run the request",
                 up.timeout.as_millis()
             );
-            keep(
-                problem(up, StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail),
-                true,
-            )
+            unknown(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail)
         }
     }
 }
