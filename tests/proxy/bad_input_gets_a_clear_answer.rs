@@ -107,13 +107,7 @@ fn malformed_requests_get_a_problem_and_reach_nothing() {
         .send(at);
     assert_eq!(declared.status, 413, "{declared}");
     assert_eq!(declared.code(), "request-too-large");
-    let mut chunked_body = Vec::new();
-    for chunk in big_body.as_bytes().chunks(700) {
-        chunked_body.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-        chunked_body.extend_from_slice(chunk);
-        chunked_body.extend_from_slice(b"\r\n");
-    }
-    chunked_body.extend_from_slice(b"0\r\n\r\n");
+    let chunked_body = in_chunks(big_body.as_bytes(), 700);
     let chunked = Req::post("/payments")
         .key("too-big-chunked")
         .header("Content-Type", "application/json")
@@ -132,13 +126,7 @@ fn malformed_requests_get_a_problem_and_reach_nothing() {
     assert_eq!(upstream.effects().len(), 5);
     // A chunked body within the limit reaches the upstream whole.
     let small = br#"{"account":"acct-chunked","amount":7}"#;
-    let mut chunked_body = Vec::new();
-    for chunk in small.chunks(10) {
-        chunked_body.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-        chunked_body.extend_from_slice(chunk);
-        chunked_body.extend_from_slice(b"\r\n");
-    }
-    chunked_body.extend_from_slice(b"0\r\n\r\n");
+    let chunked_body = in_chunks(small, 10);
     let got = Req::post("/payments")
         .key("chunked")
         .header("Content-Type", "application/json")
@@ -478,4 +466,16 @@ fn malformed_routes_files_exit_2_naming_the_line() {
         err.contains("--frobnicate"),
         "stderr names the option:\n{err}"
     );
+}
+
+/// `body` in HTTP/1.1 chunked encoding, in chunks of `size` bytes.
+fn in_chunks(body: &[u8], size: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for chunk in body.chunks(size) {
+        out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        out.extend_from_slice(chunk);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
 }
