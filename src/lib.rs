@@ -38,7 +38,9 @@
 //! A fleet of instances shares one store in PostgreSQL (feature `postgres`):
 //! `Config::postgres(url).open_async()` gives an `AsyncStore` with the same request-record
 //! calls and outcomes as an embedded store opened with `Config::open_async`; every decision is
-//! one SQL statement and every time the database server's.
+//! one SQL statement and every time the database server's. The HTTP layer for tower and axum is
+//! `idemdb::http` (feature `http`); the same layer in front of a service in any language is the
+//! `idemdb proxy` command (feature `proxy`, README "Any language: the proxy").
 #![deny(unsafe_code, missing_docs)]
 #![warn(clippy::unwrap_used, clippy::indexing_slicing)]
 

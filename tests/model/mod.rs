@@ -50,7 +50,9 @@ pub enum Op {
         fp: usize,
         lease_s: u64,
         ret_s: u64,
-        /// `ClaimOptions::durable_pending`: the pending record is written at the claim.
+        /// The pending record is written at the claim: `ClaimOptions::durable_pending` for keys
+        /// of even index, `written_pending` (no sync of its own) for odd ones. The model holds
+        /// them alike: a reopen (the process ends, the WAL stays) keeps both.
         durable: bool,
     },
     Complete {

@@ -204,7 +204,8 @@ pub async fn run_on<T: Target>(
                 let opts = ClaimOptions::default()
                     .lease(Duration::from_secs(lease_s))
                     .retention(Duration::from_secs(ret_s))
-                    .durable_pending(durable);
+                    .durable_pending(durable && k % 2 == 0)
+                    .written_pending(durable && k % 2 == 1);
                 let before = target.get(&n.tenants[t], KEYS[k]).await;
                 let got = target.claim(&n.tenants[t], KEYS[k], FPS[fp], opts).await;
                 if let Claim::Acquired(l) = &got {

@@ -563,9 +563,17 @@ mod tests {
         assert!(e.contains("unknown option `colour`"), "{e}");
         let e = Routes::parse("POST /p hard lease=1s lease=2s").unwrap_err();
         assert!(e.contains("twice"), "{e}");
-        let e = Routes::parse("POST /p hard retention=1s").unwrap_err();
-        assert!(e.contains("shorter than the lease 30s"), "{e}");
         assert!(Routes::parse("# nothing\n\n").is_err());
+    }
+
+    /// Regression: such a route was accepted, then every keyed request on it was refused with a
+    /// 400 that blamed the client's key (the store refuses a lease longer than the retention).
+    #[test]
+    fn a_retention_shorter_than_the_lease_is_refused_at_start() {
+        let e = Routes::parse("POST /p hard\nPOST /q soft retention=1s").unwrap_err();
+        assert!(e.starts_with("line 2: retention 1s is shorter than the lease 30s"), "{e}");
+        assert!(Routes::parse("POST /q soft lease=1s retention=1s").is_ok());
+        assert!(Routes::parse("POST /q none").is_ok());
     }
 
     #[test]
