@@ -571,7 +571,10 @@ mod tests {
     #[test]
     fn a_retention_shorter_than_the_lease_is_refused_at_start() {
         let e = Routes::parse("POST /p hard\nPOST /q soft retention=1s").unwrap_err();
-        assert!(e.starts_with("line 2: retention 1s is shorter than the lease 30s"), "{e}");
+        assert!(
+            e.starts_with("line 2: retention 1s is shorter than the lease 30s"),
+            "{e}"
+        );
         assert!(Routes::parse("POST /q soft lease=1s retention=1s").is_ok());
         assert!(Routes::parse("POST /q none").is_ok());
     }
