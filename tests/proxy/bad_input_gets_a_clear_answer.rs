@@ -411,42 +411,33 @@ fn malformed_routes_files_exit_2_naming_the_line() {
     for (i, (what, text, line)) in cases.iter().enumerate() {
         let routes = routes_file(dir.path(), &format!("routes-{i}"), text);
         let routes = routes.display().to_string();
-        let (status, out, err) = run(
-            "idemdb proxy --inventory",
-            proxy_command(&["--inventory".into(), "--routes".into(), routes.clone()]),
-        );
-        assert_eq!(
-            status.code(),
-            Some(2),
-            "--inventory with {what}: stdout:\n{out}\nstderr:\n{err}"
-        );
-        assert!(
-            names_line(&err, *line),
-            "--inventory with {what}: stderr names line {line}:\n{err}"
-        );
-        let (status, out, err) = run(
-            "idemdb proxy",
-            proxy_command(&[
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--upstream".into(),
-                "http://127.0.0.1:9".into(),
-                "--db".into(),
-                dir.path().join(format!("store-{i}")).display().to_string(),
-                "--routes".into(),
-                routes,
-            ]),
-        );
-        assert_eq!(
-            status.code(),
-            Some(2),
-            "the proxy with {what}: stdout:\n{out}\nstderr:\n{err}"
-        );
-        assert!(
-            names_line(&err, *line),
-            "the proxy with {what}: stderr names line {line}:\n{err}"
-        );
-        assert!(!out.contains("listening"), "it never listened: {out}");
+        let inventory = vec!["--inventory".into(), "--routes".into(), routes.clone()];
+        let serve = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--upstream".into(),
+            "http://127.0.0.1:9".into(),
+            "--db".into(),
+            dir.path().join(format!("store-{i}")).display().to_string(),
+            "--routes".into(),
+            routes,
+        ];
+        for (command, args) in [
+            ("idemdb proxy --inventory", inventory),
+            ("idemdb proxy", serve),
+        ] {
+            let (status, out, err) = run(command, proxy_command(&args));
+            assert_eq!(
+                status.code(),
+                Some(2),
+                "{command} with {what}: stdout:\n{out}\nstderr:\n{err}"
+            );
+            assert!(
+                names_line(&err, *line),
+                "{command} with {what}: stderr names line {line}:\n{err}"
+            );
+            assert!(!out.contains("listening"), "it never listened: {out}");
+        }
     }
 
     let (status, out, err) = run(
