@@ -125,6 +125,16 @@ pub(crate) async fn serve(
             .await
             .map_err(|e| format!("the store on PostgreSQL: {e}"))?,
     };
+    // The recorder keeps every histogram sample until upkeep drains it into its summary: without
+    // this, a proxy nobody scrapes would grow by a sample per store call, forever.
+    let upkeep = metrics.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
     let (stop, stopping) = watch::channel(false);
     let problems = IdempotencyLayer::new(store.clone());
     let upstream = Arc::new(Upstream::new(
