@@ -3,7 +3,7 @@
 //! - every decision that writes a key is made under that key's lock stripe ([`Core::lock`], or
 //!   [`Core::lock_many`] in stripe order for several keys), from one read no older than the
 //!   stripe's last write ([`Core::take_or_load`], [`Core::load`]), and written with one atomic
-//!   batch ([`Core::write_record`] and [`add_record`] carry a record and its expiry-index entry);
+//!   batch ([`Core::persist_with`] and [`add_record`] carry a record and its expiry-index entry);
 //! - a fencing token is handed out only after a high-water mark at or above it was written
 //!   ([`Core::next_fence`]);
 //! - the store's time never goes backwards, across restarts too ([`Core::now`]);
@@ -256,9 +256,9 @@ impl Core {
         self.persist_with(stripe, rkey, stored_slot, rec, true)
     }
 
-    /// [`Core::persist`]; with `durable` false, without waiting for a sync of the WAL whatever
-    /// the store's durability (`ClaimOptions::written_pending`): the write survives a crash of
-    /// the process, and the next synced write makes it durable with its own.
+    /// [`Core::persist`]; with `durable` false, written without waiting for a sync of the WAL
+    /// whatever the store's durability (`ClaimOptions::written_pending`): the write survives a
+    /// crash of the process, and the next synced write makes it durable with its own.
     pub(crate) fn persist_with(
         &self,
         stripe: &mut StripeGuard<'_>,
@@ -267,11 +267,11 @@ impl Core {
         rec: Record,
         durable: bool,
     ) -> Result<()> {
+        let mut batch = self.engine.batch();
+        add_record(&mut batch, rkey, stored_slot, &rec)?;
         if durable {
-            self.write_record(rkey, stored_slot, &rec)?;
+            self.engine.write(batch)?;
         } else {
-            let mut batch = self.engine.batch();
-            add_record(&mut batch, rkey, stored_slot, &rec)?;
             self.engine.write_buffered(batch)?;
         }
         stripe.drop_volatile(rkey);
@@ -300,18 +300,6 @@ impl Core {
         self.engine.get_with(Cf::Records, rkey, |v| {
             v.map(codec::decode_record).transpose()
         })?
-    }
-
-    /// Writes `new` for `rkey` in one batch (see [`add_record`]).
-    pub(crate) fn write_record(
-        &self,
-        rkey: &[u8],
-        old: Option<(Millis, u64)>,
-        new: &Record,
-    ) -> Result<()> {
-        let mut batch = self.engine.batch();
-        add_record(&mut batch, rkey, old, new)?;
-        self.engine.write(batch)
     }
 
     pub(crate) fn check_lease_store(&self, lease: &Lease) -> Result<()> {

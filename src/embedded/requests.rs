@@ -160,11 +160,12 @@ impl Store {
         if kept {
             self.core
                 .keep_in_memory(&mut stripe, &rkey, stored_slot, new);
-        } else if opts.written_pending && !opts.durable_pending {
-            self.core
-                .persist_with(&mut stripe, &rkey, stored_slot, new, false)?;
         } else {
-            self.core.persist(&mut stripe, &rkey, stored_slot, new)?;
+            // Unsynced only when asked for and not overruled by `durable_pending` (a claim past
+            // the in-memory cap writes as the store's durability says).
+            let durable = opts.durable_pending || !opts.written_pending;
+            self.core
+                .persist_with(&mut stripe, &rkey, stored_slot, new, durable)?;
         }
         drop(stripe);
         Metrics::bump(&m.acquired);

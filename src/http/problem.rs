@@ -3,6 +3,7 @@
 //! documentation base followed by that code (`about:blank` when there is no base) and a detail
 //! that says what to change; nothing from the request is echoed unescaped.
 
+use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 
 use super::body::{full, HttpBody};
@@ -25,27 +26,32 @@ pub(crate) fn problem(
     code: &str,
     detail: &str,
 ) -> Response<HttpBody> {
-    let (uri, body) = document(docs, status, code, detail);
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if let Some(link) = link(docs, &uri) {
-        headers.insert(header::LINK, link);
-    }
-    resp
+    let (parts, body) = problem_parts(docs, status, code, detail);
+    Response::from_parts(parts, full(body))
 }
 
-/// The problem's `type` URI and its JSON document.
-pub(crate) fn document(
+/// [`problem`]'s head and its document's bytes, for a caller that also stores them.
+pub(crate) fn problem_parts(
     docs: &str,
     status: StatusCode,
     code: &str,
     detail: &str,
-) -> (String, String) {
+) -> (http::response::Parts, Bytes) {
+    let (uri, body) = document(docs, status, code, detail);
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    if let Some(link) = link(docs, &uri) {
+        parts.headers.insert(header::LINK, link);
+    }
+    (parts, Bytes::from(body))
+}
+
+/// The problem's `type` URI and its JSON document.
+fn document(docs: &str, status: StatusCode, code: &str, detail: &str) -> (String, String) {
     let title = status.canonical_reason().unwrap_or("Error");
     let uri = if docs.is_empty() {
         "about:blank".to_owned()

@@ -22,7 +22,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
 use super::estimate::{retry_after_secs, Route};
 use super::key::{fingerprint_request, parse_key};
-use super::problem::{document, problem};
+use super::problem::{problem, problem_parts};
 use super::stored::{meta_of, meta_size, replay_response};
 use super::tenant::{tenant_of, NoTenant};
 use super::{Attempt, Counters, Options, StoreOverride, WhileRunning};
@@ -410,11 +410,10 @@ where
             let detail = "the handler's response body failed before its end, after its effect; \
                           this answer is stored for every retry";
             let code = "handler-body-failed";
-            let (parts, sent) = problem(&opts.problem_docs, status, code, detail).into_parts();
-            let (_, body) = document(&opts.problem_docs, status, code, detail);
+            let (parts, body) = problem_parts(&opts.problem_docs, status, code, detail);
             let meta = meta_of(&parts, &[header::CONTENT_TYPE, header::LINK]);
-            store(&opts, &lease, held_until, &Bytes::from(body), &meta).await;
-            Ok(HttpResponse::from_parts(parts, sent))
+            store(&opts, &lease, held_until, &body, &meta).await;
+            Ok(HttpResponse::from_parts(parts, full(body)))
         }
         None => {
             release(&opts, lease, held_until, &stats.released).await;

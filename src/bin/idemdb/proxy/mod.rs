@@ -51,11 +51,7 @@ pub(crate) fn inventory(routes: Option<PathBuf>) -> Result<ExitCode, String> {
 
 fn load(path: Option<&std::path::Path>) -> Result<Routes, String> {
     match path {
-        Some(p) => {
-            let mut r = Routes::load(p)?;
-            r.source = p.display().to_string();
-            Ok(r)
-        }
+        Some(p) => Routes::load(p),
         None => Ok(Routes::default_routes()),
     }
 }

@@ -106,7 +106,10 @@ impl Routes {
     pub(crate) fn load(path: &std::path::Path) -> Result<Routes, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("routes file {}: cannot be read: {e}", path.display()))?;
-        Routes::parse(&text).map_err(|e| format!("routes file {}, {e}", path.display()))
+        let mut routes =
+            Routes::parse(&text).map_err(|e| format!("routes file {}, {e}", path.display()))?;
+        routes.source = path.display().to_string();
+        Ok(routes)
     }
 
     /// Parses a whole file: `Err("line N: ...")` at its first bad line.

@@ -30,7 +30,6 @@ use super::routes::OnUnknown;
 /// What every route's forwarder shares.
 pub(crate) struct Upstream {
     client: Client<HttpConnector, ProxyBody>,
-    scheme: Scheme,
     authority: Authority,
     /// How long the upstream may take to answer, and to send each next part of its body.
     timeout: Duration,
@@ -87,7 +86,6 @@ impl Upstream {
             .build(connector);
         Ok(Upstream {
             client,
-            scheme: Scheme::HTTP,
             authority,
             timeout,
             problems,
@@ -205,7 +203,8 @@ async fn forward(
             let detail = "the upstream could not be reached (no connection was made, so the \
                           request was not sent); retry later";
             let resp = problem(up, StatusCode::BAD_GATEWAY, "upstream-unreachable", detail);
-            keep_release(resp, attempt)
+            // A 502: the key is released, since nothing was sent.
+            keep(resp, false)
         }
         Ok(Err(_)) => {
             count("unknown");
@@ -234,14 +233,6 @@ fn count(outcome: &'static str) {
     }
 }
 
-/// A keyed request that was never sent releases its key.
-fn keep_release(mut resp: Response<HttpBody>, attempt: Option<Attempt>) -> Response<HttpBody> {
-    if attempt.is_some() {
-        resp.extensions_mut().insert(StoreOverride::Release);
-    }
-    resp
-}
-
 fn problem(up: &Upstream, status: StatusCode, code: &str, detail: &str) -> Response<HttpBody> {
     up.problems.problem(status, code, detail)
 }
@@ -256,7 +247,7 @@ fn outgoing(up: &Upstream, req: Request<ProxyBody>) -> Result<Request<ProxyBody>
         .map_or("/", |p| p.as_str())
         .to_owned();
     parts.uri = Uri::builder()
-        .scheme(up.scheme.clone())
+        .scheme(Scheme::HTTP)
         .authority(up.authority.clone())
         .path_and_query(path)
         .build()
