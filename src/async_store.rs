@@ -165,8 +165,62 @@ impl AsyncStore {
     }
 
     /// [`AsyncStore::claim`], calling `on_release` with the outcome of each release of a lease
-    /// acquired for a caller that went away (the HTTP layer counts them).
+    /// acquired for a caller that went away (the HTTP layer counts them). With
+    /// [`ClaimOptions::wait`], a claim that finds the lease held waits for its end and claims
+    /// again, until it gets another answer or the bound passes.
     pub(crate) async fn claim_with(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        opts: ClaimOptions,
+        on_release: &OnRelease,
+    ) -> Result<Claim> {
+        let Some(wait) = opts.wait.filter(|w| !w.is_zero()) else {
+            return self
+                .claim_once(ns, tenant, key, fingerprint, opts, on_release)
+                .await;
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Embedded: the ticket is taken before the claim reads the key, so an end between
+            // the two is not missed. PostgreSQL: the wait registers before it marks the row.
+            let ticket = match &self.backend {
+                Backend::Embedded(s) => Some(s.lease_end_ticket()),
+                #[cfg(feature = "postgres")]
+                Backend::Postgres(_) => None,
+            };
+            let claim = self
+                .claim_once(ns, tenant, key, fingerprint, opts, on_release)
+                .await?;
+            let Claim::InProgress { retry_after } = claim else {
+                return Ok(claim);
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(claim);
+            }
+            // The lease's end (a holder that crashed never ends it), or the bound.
+            let until = deadline.min(now + retry_after);
+            match (&self.backend, ticket) {
+                (Backend::Embedded(_), Some(t)) => t.wait(until).await,
+                #[cfg(feature = "postgres")]
+                (Backend::Postgres(pg), _) => {
+                    if !pg.wait_for_end(ns, tenant, key, deadline).await? {
+                        // The lease ended between the claim and the mark: claim again, after a
+                        // breath, so that a key that keeps changing hands cannot make a loop of
+                        // statements.
+                        tokio::time::sleep(Duration::from_millis(1).min(deadline - now)).await;
+                    }
+                }
+                (Backend::Embedded(_), None) => tokio::time::sleep_until(until).await,
+            }
+        }
+    }
+
+    /// One claim, with no wait.
+    async fn claim_once(
         &self,
         ns: Namespace,
         tenant: &[u8],

@@ -117,6 +117,7 @@ pub(crate) fn claim_options(opts: &ConsumerOptions) -> ClaimOptions {
         retention: opts.retention,
         durable_pending: true,
         written_pending: false,
+        wait: None,
     }
 }
 

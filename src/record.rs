@@ -285,6 +285,15 @@ pub struct ClaimOptions {
     /// `durable_pending`, which it yields to. Default: `false`. On PostgreSQL a pending row is
     /// always written.
     pub written_pending: bool,
+    /// How long a claim that finds the key's lease held by another caller waits for that lease
+    /// to end before it answers [`crate::Claim::InProgress`]. Waiting, the claim is asked again
+    /// when the holder completes, fails or releases (then it answers the replay, the stored
+    /// failure, or acquires), when the lease runs out (then it takes the key over), and at this
+    /// bound. On the embedded store the holder's call wakes it in-process; on PostgreSQL, in any
+    /// instance sharing the store, woken by `LISTEN/NOTIFY` from the statement that ends the lease
+    /// (docs/design.md, "Waiting for a lease to end"). Default: `None`, no wait (the claim answers
+    /// `InProgress` at once).
+    pub wait: Option<Duration>,
 }
 
 impl ClaimOptions {
@@ -304,6 +313,12 @@ impl ClaimOptions {
     #[must_use]
     pub fn written_pending(mut self, yes: bool) -> Self {
         self.written_pending = yes;
+        self
+    }
+    /// Waits up to `d` for a lease held by another caller to end (see the field `wait`).
+    #[must_use]
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = Some(d);
         self
     }
     /// Asks for a durable pending record (see the field `durable_pending`).

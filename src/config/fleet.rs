@@ -76,6 +76,8 @@ pub(crate) struct Settings {
     /// Concurrent claims and lease ends coalesced into one statement, and the caps on one.
     pub(crate) coalescing: bool,
     pub(crate) coalesce_limits: CoalesceLimits,
+    /// Where waiting claims' listening connection connects (`None`: `url`).
+    pub(crate) listen_url: Option<String>,
 }
 
 /// The caps on coalescing: calls and bytes of their values per statement, and statements of one
@@ -114,6 +116,7 @@ impl Settings {
                 // whole pool: docs/benchmarks.md, "Coalesced statements, second part").
                 in_flight: 4,
             },
+            listen_url: None,
         }
     }
 }

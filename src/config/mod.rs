@@ -232,6 +232,22 @@ impl Config {
         self
     }
 
+    /// PostgreSQL only: where the store's one listening connection connects, the one through
+    /// which claims that wait for a lease to end ([`crate::ClaimOptions::wait`]) are woken by
+    /// `LISTEN/NOTIFY` from any instance. It is opened at the first wait and kept while the store
+    /// lives. A pooler in transaction mode (PgBouncer, Supavisor's port 6543, RDS Proxy) cannot
+    /// carry `LISTEN`: give a URL that reaches the server directly or through a session-mode
+    /// pooler. Without notifications a waiting claim still ends, at the lease's end or at its
+    /// bound. Default: the store's URL.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        if let Some(p) = self.postgres.as_mut() {
+            p.listen_url = Some(url.into());
+        }
+        self
+    }
+
     /// PostgreSQL only: the most calls one coalesced statement carries, and about the most
     /// bytes of their values (keys, fingerprints, responses; a call larger than `bytes` goes
     /// alone). Default: 128 calls, 1 MiB.

@@ -194,7 +194,7 @@ impl<'s> Commit<'s> {
         }
         drop(locked);
         if !ends.is_empty() {
-            store.core.notify_finished();
+            store.core.finished.notify();
         }
         Ok(Ok(Committed { versions }))
     }

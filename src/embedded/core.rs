@@ -15,12 +15,11 @@
 //!   stored ([`Core::current`]); it becomes durable, and leaves memory, in the batch that writes
 //!   it ([`Core::persist`]).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::clock::Millis;
 use crate::config::Config;
@@ -29,6 +28,7 @@ use crate::embedded::engine::{
     Cf, Engine, EngineOptions, MemEnv, META_FENCE, META_FORMAT, META_STORE_ID, META_TIME,
 };
 use crate::embedded::stripes::{Locked, Stripe, StripeGuard, Stripes, Volatile};
+use crate::embedded::waits::Finished;
 use crate::error::{corrupted, Error, Result};
 use crate::format;
 use crate::record::{Lease, LeaseLost, Record, State};
@@ -63,8 +63,8 @@ pub(crate) struct Core {
     pub(crate) time_reserving: Mutex<()>,
     pub(crate) stripes: Stripes,
     pub(crate) metrics: Metrics,
-    pub(crate) waiters: AtomicUsize,
-    pub(crate) finished: (Mutex<u64>, Condvar),
+    /// Wakes the claims waiting for a lease to end (`waits.rs`).
+    pub(crate) finished: std::sync::Arc<Finished>,
     pub(crate) sweeper: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     /// Where the next sweep starts: the last index entry an earlier sweep deleted (empty: the
     /// start). Held for the whole sweep, so sweeps run one at a time.
@@ -115,8 +115,7 @@ impl Core {
             time_reserving: Mutex::new(()),
             stripes,
             metrics: Metrics::default(),
-            waiters: AtomicUsize::new(0),
-            finished: (Mutex::new(0), Condvar::new()),
+            finished: std::sync::Arc::default(),
             sweeper: Mutex::new(None),
             sweep_from: Mutex::new(Vec::new()),
         };
@@ -315,23 +314,6 @@ impl Core {
 
     pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
         self.cfg.check_size(what, len)
-    }
-
-    pub(crate) fn notify_finished(&self) {
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let (m, cv) = &self.finished;
-            *m.lock() += 1;
-            cv.notify_all();
-        }
-    }
-
-    pub(crate) fn wait_for_finish(&self, at_most: Duration) {
-        let (m, cv) = &self.finished;
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut g = m.lock();
-        let _ = cv.wait_for(&mut g, at_most);
-        drop(g);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -18,6 +18,7 @@ mod requests;
 pub(crate) mod schema;
 pub(crate) mod stripes;
 pub(crate) mod unique;
+pub(crate) mod waits;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! read, with or without the stripe; only the holder of the current token leaves `Pending`.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::{duration_millis, Millis};
 use crate::embedded::core::check_holder;
@@ -34,13 +34,25 @@ impl Store {
         opts: impl std::borrow::Borrow<ClaimOptions>,
     ) -> Result<Claim> {
         let opts = *opts.borrow();
-        self.claim_in(
-            Namespace::Requests,
-            tenant.as_ref(),
-            key.as_ref(),
-            fingerprint.as_ref(),
-            opts,
-        )
+        let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
+        let Some(wait) = opts.wait.filter(|w| !w.is_zero()) else {
+            return self.claim_in(Namespace::Requests, tenant, key, fingerprint, opts);
+        };
+        // Waits for a lease held by another caller to end (`ClaimOptions::wait`): woken by its
+        // end in this process, by the lease running out, or at the bound.
+        let deadline = Instant::now() + wait;
+        loop {
+            let ticket = self.core.finished.ticket();
+            let claim = self.claim_in(Namespace::Requests, tenant, key, fingerprint, opts)?;
+            let Claim::InProgress { retry_after } = claim else {
+                return Ok(claim);
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(claim);
+            }
+            ticket.wait(retry_after.min(deadline - now));
+        }
     }
 
     pub(crate) fn claim_in(
@@ -295,20 +307,20 @@ impl Store {
         F: FnOnce(&Lease) -> std::result::Result<Response, FailKind>,
     {
         let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
-        let mut budget = self.core.cfg.duplicate_wait;
+        let deadline = Instant::now() + self.core.cfg.duplicate_wait;
         let lease = loop {
+            let ticket = self.core.finished.ticket();
             match self.claim(tenant, key, fingerprint, ClaimOptions::default())? {
                 Claim::Acquired(l) => break l,
                 Claim::Completed(r) => return Ok(Execution::Completed(r)),
                 Claim::Failed(r) => return Ok(Execution::Failed(r)),
                 Claim::Mismatch => return Ok(Execution::Mismatch),
                 Claim::InProgress { retry_after } => {
-                    if budget.is_zero() {
+                    let now = Instant::now();
+                    if now >= deadline {
                         return Ok(Execution::InProgress { retry_after });
                     }
-                    let slice = budget.min(Duration::from_millis(20)).min(retry_after);
-                    budget = budget.saturating_sub(slice);
-                    self.core.wait_for_finish(slice);
+                    ticket.wait(retry_after.min(deadline - now));
                 }
             }
         };
@@ -383,7 +395,7 @@ impl Store {
         }
         self.core.engine.write(batch)?;
         Metrics::bump(&self.core.metrics.forgotten);
-        self.core.notify_finished();
+        self.core.finished.notify();
         Ok(true)
     }
 
@@ -575,7 +587,7 @@ impl Store {
         }
         drop(stripe);
         if finished {
-            self.core.notify_finished();
+            self.core.finished.notify();
         }
         Ok(Ok(out))
     }

@@ -190,6 +190,11 @@ pub enum WhileRunning {
     /// handler's duplicate thus gets `Retry-After: 1`, not the 30 s lease.
     Reject,
     /// Wait up to this long for the first request to finish and replay its response; 409 after.
+    /// The claim waits in the store ([`crate::ClaimOptions::wait`]): it is woken when the first
+    /// request's lease ends, in this process or, on PostgreSQL, in any instance of the fleet (by
+    /// `LISTEN/NOTIFY`, no polling); if the first request's key is released (a 5xx), the waiting
+    /// duplicate runs the handler itself. For a wait per route, give each route its own layer
+    /// (axum's `route_layer`).
     Wait(Duration),
 }
 

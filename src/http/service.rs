@@ -204,53 +204,46 @@ where
         .lease(opts.lease)
         .retention(opts.retention)
         .written_pending(opts.written_pending);
-    let deadline = match opts.while_running {
-        WhileRunning::Reject => Instant::now(),
-        WhileRunning::Wait(d) => Instant::now() + d,
+    // A duplicate waits in the store (`ClaimOptions::wait`): woken when the first request's lease
+    // ends, in this process or, on PostgreSQL, in any instance.
+    let claim_opts = match opts.while_running {
+        WhileRunning::Reject => claim_opts,
+        WhileRunning::Wait(d) => claim_opts.wait(d),
     };
-    let lease = loop {
-        let claim = opts
-            .store
-            .claim_with(
-                crate::format::Namespace::Requests,
-                tenant.as_bytes(),
-                key.as_bytes(),
-                &fp,
-                claim_opts,
-                &opts.on_release,
-            )
-            .await;
-        match claim {
-            Err(e) => return Ok(store_error(&opts, &e)),
-            Ok(Claim::Acquired(lease)) => break lease,
-            Ok(Claim::Completed(r) | Claim::Failed(r)) => {
-                Counters::bump(&stats.replayed);
-                return Ok(replay_response(r));
-            }
-            Ok(Claim::Mismatch) => {
-                Counters::bump(&stats.mismatched);
-                let detail = "this Idempotency-Key was already used with a different request \
-                              (method, path, query, body or fingerprinted headers)";
-                return Ok(problem(
-                    &opts.problem_docs,
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency-key-reused",
-                    detail,
-                ));
-            }
-            Ok(Claim::InProgress { retry_after }) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    Counters::bump(&stats.in_progress);
-                    let estimate = opts.durations.estimate(route);
-                    let secs = retry_after_secs(retry_after, opts.lease, estimate);
-                    return Ok(in_progress(&opts, secs));
-                }
-                let pause = retry_after
-                    .min(deadline - now)
-                    .clamp(Duration::from_millis(1), Duration::from_millis(20));
-                tokio::time::sleep(pause).await;
-            }
+    let claim = opts
+        .store
+        .claim_with(
+            crate::format::Namespace::Requests,
+            tenant.as_bytes(),
+            key.as_bytes(),
+            &fp,
+            claim_opts,
+            &opts.on_release,
+        )
+        .await;
+    let lease = match claim {
+        Err(e) => return Ok(store_error(&opts, &e)),
+        Ok(Claim::Acquired(lease)) => lease,
+        Ok(Claim::Completed(r) | Claim::Failed(r)) => {
+            Counters::bump(&stats.replayed);
+            return Ok(replay_response(r));
+        }
+        Ok(Claim::Mismatch) => {
+            Counters::bump(&stats.mismatched);
+            let detail = "this Idempotency-Key was already used with a different request \
+                          (method, path, query, body or fingerprinted headers)";
+            return Ok(problem(
+                &opts.problem_docs,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                detail,
+            ));
+        }
+        Ok(Claim::InProgress { retry_after }) => {
+            Counters::bump(&stats.in_progress);
+            let estimate = opts.durations.estimate(route);
+            let secs = retry_after_secs(retry_after, opts.lease, estimate);
+            return Ok(in_progress(&opts, secs));
         }
     };
 

@@ -97,7 +97,60 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
                 bytea[], text[], integer[], integer[], bigint);
         ",
     },
+    Migration {
+        version: 6,
+        name: "fleet-wide waits: a waiting flag, and the trigger that wakes the waiters",
+        up: WAITS,
+        down: "
+            DROP TRIGGER idemdb_requests_wake ON idemdb_requests;
+            DROP TRIGGER idemdb_requests_wake_deleted ON idemdb_requests;
+            DROP FUNCTION idemdb_wake();
+            DROP FUNCTION idemdb_wait_channel();
+            ALTER TABLE idemdb_requests DROP COLUMN waiting;
+        ",
+    },
 ];
+
+/// Fleet-wide waits (`waits.rs`). `waiting` is set on a pending row by a claim that waits for
+/// its lease to end (`statements::MARK_WAITING`); the row's next change that ends that lease
+/// (a completion, failure or release: `state` leaves 0; a takeover: a new `fence`) or deletes it
+/// sends one notification on the schema's channel (`idemdb_wait_channel()`), whose payload
+/// names the key, and clears the flag in the same change. It is sent by the trigger, in the
+/// statement that ends the lease, and delivered when that statement's transaction commits. A
+/// row nobody waits for sends nothing: the trigger's `WHEN` is false, and the hot path pays no
+/// notification (each one takes the database's notification lock at commit).
+const WAITS: &str = "
+ALTER TABLE idemdb_requests ADD COLUMN waiting boolean NOT NULL DEFAULT false;
+
+CREATE FUNCTION idemdb_wait_channel() RETURNS text
+LANGUAGE sql STABLE AS $fn$
+    SELECT 'idemdb_wait_' || left(md5(n.nspname), 20)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = 'idemdb_requests'::regclass
+$fn$;
+
+CREATE FUNCTION idemdb_wake() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_notify('idemdb_wait_' || left(md5(TG_TABLE_SCHEMA), 20),
+        left(OLD.ns::text || ':' || encode(OLD.tenant, 'hex') || ':' || encode(OLD.key, 'hex'),
+             7000));
+    IF TG_OP = 'UPDATE' THEN
+        NEW.waiting := false;
+        RETURN NEW;
+    END IF;
+    RETURN OLD;
+END
+$fn$;
+
+CREATE TRIGGER idemdb_requests_wake BEFORE UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake();
+
+CREATE TRIGGER idemdb_requests_wake_deleted BEFORE DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake();
+";
 
 /// Versioned entities. A row is an entity's newest version: `value` `NULL` is a tombstone, which
 /// keeps the version so that a re-created entity continues from it (a version is never reused).

@@ -39,6 +39,7 @@ mod stats;
 mod tls;
 mod transaction;
 mod unique;
+mod waits;
 
 pub(crate) use crate::config::fleet::Settings;
 pub(crate) use causal::CausalKind;
@@ -176,6 +177,8 @@ pub(crate) struct PgStore {
     fences: fences::Fences,
     /// How often recent claims found their row: whether the next one reads first.
     hits: requests::Hits,
+    /// Claims waiting for a lease to end, and the listening connection that wakes them.
+    waits: waits::Waits,
 }
 
 fn ns_code(ns: Namespace) -> i16 {
@@ -544,6 +547,13 @@ impl PgStore {
     /// migration commands, which must work on any schema version).
     pub(crate) fn connect(s: &Settings, clock: Option<Arc<dyn Clock>>) -> Result<PgStore> {
         let (pool, resolved) = pool::build(s)?;
+        let listen = match &s.listen_url {
+            Some(url) => pool::Dialer::new(&Settings {
+                url: url.clone(),
+                ..s.clone()
+            })?,
+            None => pool::Dialer::new(s)?,
+        };
         Ok(PgStore {
             pool,
             mode: resolved.statement_mode,
@@ -559,6 +569,7 @@ impl PgStore {
             buffered: s.buffered_claims,
             fences: fences::Fences::default(),
             hits: requests::Hits::default(),
+            waits: waits::Waits::new(listen),
         })
     }
 

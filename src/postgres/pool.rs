@@ -101,6 +101,32 @@ pub(crate) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
 /// The pool for `s`, not yet connected (nothing is checked against the server here), and the
 /// settings as resolved from the URL and the setters.
 pub(crate) fn build(s: &Settings) -> Result<(Pool, Resolved)> {
+    let (pg, connect, resolved) = session(s)?;
+    let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
+    let mgr = Manager::from_connect(
+        pg,
+        connect,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let hosts = u32::try_from(hosts).unwrap_or(u32::MAX);
+    let pool = Pool::builder(mgr)
+        .max_size(s.pool_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(s.connect_timeout))
+        .create_timeout(Some(
+            s.connect_timeout.saturating_mul(hosts) + Duration::from_secs(1),
+        ))
+        .recycle_timeout(Some(s.connect_timeout))
+        .build()
+        .map_err(|e| Error::InvalidInput(InvalidInput::Config(e.to_string())))?;
+    Ok((pool, resolved))
+}
+
+/// How a store's sessions connect: the client's configuration (the URL without idemdb's own
+/// options, the store's session settings added) and the host-by-host connector.
+fn session(s: &Settings) -> Result<(tokio_postgres::Config, HostByHost, Resolved)> {
     let resolved = s.resolve()?;
     let mut pg: tokio_postgres::Config = resolved.rest.parse().map_err(|e| {
         Error::InvalidInput(InvalidInput::Config(format!(
@@ -124,31 +150,39 @@ pub(crate) fn build(s: &Settings) -> Result<(Pool, Resolved)> {
         options.push_str(&format!(" -c synchronous_commit={}", sc.as_str()));
     }
     pg.options(options.trim_start());
-    let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
     let connect = HostByHost {
         tls: resolved.tls.connector()?,
         per_host: s.connect_timeout,
         preferred: AtomicUsize::new(0),
     };
-    let mgr = Manager::from_connect(
-        pg,
-        connect,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    let hosts = u32::try_from(hosts).unwrap_or(u32::MAX);
-    let pool = Pool::builder(mgr)
-        .max_size(s.pool_size)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(s.connect_timeout))
-        .create_timeout(Some(
-            s.connect_timeout.saturating_mul(hosts) + Duration::from_secs(1),
-        ))
-        .recycle_timeout(Some(s.connect_timeout))
-        .build()
-        .map_err(|e| Error::InvalidInput(InvalidInput::Config(e.to_string())))?;
-    Ok((pool, resolved))
+    Ok((pg, connect, resolved))
+}
+
+/// A connection of its own, outside the pool, whose messages its owner reads (the listening
+/// connection of `waits.rs`): the client and the connection, not yet driven.
+pub(crate) type Raw = (tokio_postgres::Client, RawConnection);
+pub(crate) type RawConnection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
+
+/// Opens connections of its own (outside the pool) as the pool would: `s`'s URL, TLS, hosts
+/// and session settings.
+pub(crate) struct Dialer {
+    pg: tokio_postgres::Config,
+    connect: HostByHost,
+}
+
+impl Dialer {
+    pub(crate) fn new(s: &Settings) -> Result<Dialer> {
+        let (pg, connect, _) = session(s)?;
+        Ok(Dialer { pg, connect })
+    }
+
+    /// A new connection, host by host as the pool connects.
+    pub(crate) async fn dial(&self) -> Result<Raw> {
+        self.connect.open(&self.pg).await.map_err(classify)
+    }
 }
 
 /// Connects host by host, each within the connect timeout.
@@ -170,47 +204,58 @@ impl deadpool_postgres::Connect for HostByHost {
     > {
         let pg = pg.clone();
         Box::pin(async move {
-            let n = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
-            let start = self.preferred.load(Ordering::Relaxed) % n;
-            let mut rejected = None;
-            let mut last = None;
-            for k in 0..n {
-                let i = (start + k) % n;
-                let one = if n == 1 { pg.clone() } else { one_host(&pg, i) };
-                match tokio::time::timeout(self.per_host, one.connect(self.tls.clone())).await {
-                    Ok(Ok((client, connection))) => {
-                        self.preferred.store(i, Ordering::Relaxed);
-                        let task = tokio::spawn(async move {
-                            // The connection's end (closed, lost) shows in the client, which the
-                            // pool checks before lending it again.
-                            let _ = connection.await;
-                        });
-                        return Ok((client, task));
-                    }
-                    Ok(Err(e)) => {
-                        if matches!(classify_parts(&e), Error::ConnectionRejected { .. }) {
-                            rejected.get_or_insert(e);
-                        } else {
-                            last = Some(e);
-                        }
-                    }
-                    // The host took TCP and said nothing in time (a frozen server): the next.
-                    Err(_) => last = Some(tokio_postgres::Error::__private_api_timeout()),
-                }
-                // This host failed: the next connection (this one's caller may give up before
-                // the next host answers) starts with the one after it.
-                let _ = self.preferred.compare_exchange(
-                    i,
-                    (i + 1) % n,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-            // A rejection (TLS, credentials) says what to fix; it wins over a host being away.
-            Err(rejected
-                .or(last)
-                .unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
+            let (client, connection) = self.open(&pg).await?;
+            let task = tokio::spawn(async move {
+                // The connection's end (closed, lost) shows in the client, which the pool checks
+                // before lending it again.
+                let _ = connection.await;
+            });
+            Ok((client, task))
         })
+    }
+}
+
+impl HostByHost {
+    /// A connection to the first host that takes one, not yet driven.
+    async fn open(
+        &self,
+        pg: &tokio_postgres::Config,
+    ) -> std::result::Result<Raw, tokio_postgres::Error> {
+        let n = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let mut rejected = None;
+        let mut last = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let one = if n == 1 { pg.clone() } else { one_host(pg, i) };
+            match tokio::time::timeout(self.per_host, one.connect(self.tls.clone())).await {
+                Ok(Ok(raw)) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(raw);
+                }
+                Ok(Err(e)) => {
+                    if matches!(classify_parts(&e), Error::ConnectionRejected { .. }) {
+                        rejected.get_or_insert(e);
+                    } else {
+                        last = Some(e);
+                    }
+                }
+                // The host took TCP and said nothing in time (a frozen server): the next.
+                Err(_) => last = Some(tokio_postgres::Error::__private_api_timeout()),
+            }
+            // This host failed: the next connection (this one's caller may give up before
+            // the next host answers) starts with the one after it.
+            let _ = self.preferred.compare_exchange(
+                i,
+                (i + 1) % n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        // A rejection (TLS, credentials) says what to fix; it wins over a host being away.
+        Err(rejected
+            .or(last)
+            .unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
     }
 }
 

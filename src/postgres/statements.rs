@@ -279,6 +279,36 @@ pub(crate) const HOLDER_WHY: &str = concat!(
 WHERE q.ns = $1 AND q.tenant = $2 AND q.key = $3"
 );
 
+/// $1 ns, $2 tenant, $3 key, $4 test clock: a waiting claim's mark (`waits.rs`). The key's
+/// live pending row is marked `waiting` (migration 6: its lease's end will notify), and the
+/// milliseconds left of its lease are the answer; a row some other waiter marked already is
+/// only read. No row: no live lease to wait for (it ended since the claim read it); claim
+/// again. A mark is taken under the row's lock, so a change that ends the lease after it sees
+/// the flag and notifies.
+pub(crate) const MARK_WAITING: &str = concat!(
+    "WITH u AS (
+    UPDATE idemdb_requests q SET waiting = true
+    WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea AND q.state = 0
+      AND NOT q.waiting AND q.lease_until > ",
+    now_expr!("$4"),
+    " AND q.expires_at > ",
+    now_expr!("$4"),
+    "
+    RETURNING q.lease_until - ",
+    now_expr!("$4"),
+    " AS left_ms)
+SELECT left_ms FROM u
+UNION ALL
+SELECT q.lease_until - ",
+    now_expr!("$4"),
+    " FROM idemdb_requests q
+WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea AND q.state = 0
+  AND q.waiting AND q.lease_until > ",
+    now_expr!("$4"),
+    " AND q.expires_at > ",
+    now_expr!("$4")
+);
+
 /// $1 ns, $2 tenant, $3 key, $4 test clock: the live row.
 pub(crate) const GET: &str = concat!(
     now_cte!("$4"),

@@ -65,14 +65,7 @@ impl Harness {
     pub async fn postgres(test: &str, settings: fn(Config) -> Config) -> Harness {
         let schema = fresh_schema(test).await;
         let clock = ManualClock::default();
-        let cfg = settings(
-            Config::postgres(in_schema(&schema))
-                .clock(clock.clone())
-                .postgres_test_clock()
-                .pool_size(8)
-                .coalescing(coalescing())
-                .buffered_claims(buffered()),
-        );
+        let cfg = settings(pg_config(&schema, &clock));
         let store = cfg.open_async().await.unwrap();
         Harness {
             store,
@@ -80,6 +73,21 @@ impl Harness {
             _dir: None,
             schema: Some(schema),
         }
+    }
+
+    /// Another instance of the store under test, as a second process of a fleet would open it:
+    /// on PostgreSQL a store of its own (its own pool and listening connection) on the same
+    /// schema and test clock; embedded, the same store (one process holds it).
+    pub async fn another_instance(&self) -> AsyncStore {
+        match &self.schema {
+            Some(schema) => pg_config(schema, &self.clock).open_async().await.unwrap(),
+            None => self.store.clone(),
+        }
+    }
+
+    /// The PostgreSQL store's schema (or database: [`database_per_test`]).
+    pub fn schema(&self) -> Option<String> {
+        self.schema.clone()
     }
 
     /// Whether the store is on PostgreSQL.
@@ -97,6 +105,23 @@ impl Harness {
             drop(self.store);
             drop_schema(schema).await;
         }
+    }
+}
+
+/// The configuration of a PostgreSQL store under test in `schema`, on the test clock. Through
+/// a pooler in transaction mode (`IDEMDB_TEST_ISOLATION=database`), waiting claims listen on a
+/// direct connection (`Config::listen_url`: a pooler cannot carry `LISTEN`).
+fn pg_config(schema: &str, clock: &ManualClock) -> Config {
+    let cfg = Config::postgres(in_schema(schema))
+        .clock(clock.clone())
+        .postgres_test_clock()
+        .pool_size(8)
+        .coalescing(coalescing())
+        .buffered_claims(buffered());
+    if database_per_test() {
+        cfg.listen_url(with_database(&admin_url(), schema))
+    } else {
+        cfg
     }
 }
 

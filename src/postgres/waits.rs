@@ -1,0 +1,281 @@
+//! Waiting for a lease to end, anywhere in the fleet: a claim that found the key's lease held
+//! waits for its end, woken by `LISTEN/NOTIFY` (migration 6). Invariants:
+//! - a waiter registers its key with this process's listener, and the listener is listening,
+//!   before its mark ([`statements::MARK_WAITING`]) commits; every change that ends the marked
+//!   lease afterwards notifies (the trigger sees the flag under the row's lock), so the
+//!   notification reaches it;
+//! - a notification, a reconnection of the listener (notifications may have been lost while it
+//!   was away) and the listener's loss all wake the waiters concerned: a wake is only a reason
+//!   to claim again, never an answer;
+//! - every waiter also wakes when the lease it waits for runs out (by the database's clock, as
+//!   the mark answered it) and at its own bound, so a crashed holder, a lost connection or a
+//!   pooler that drops notifications costs time, never a wait forever;
+//! - the decision stays the database's: the mark is one statement, and the answer is the next
+//!   claim's.
+//!
+//! One listening connection per store, outside the pool (the URL of `Config::listen_url`, by
+//! default the store's), opened at the first wait and kept while the store lives; it reconnects
+//! by itself after a loss, a second apart.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+use super::pool::Dialer;
+use super::{ns_code, statements, PgStore};
+use crate::error::Result;
+use crate::format::Namespace;
+
+/// Payloads are cut to this many bytes (PostgreSQL's limit is 8,000): two keys whose payloads
+/// only differ past it wake each other's waiters, who claim again and wait again.
+const PAYLOAD_MAX: usize = 7_000;
+
+/// How long a waiter waits for the listener to be listening (it is opened at the first wait)
+/// before it waits for the lease's end alone.
+const LISTENER_START: Duration = Duration::from_secs(5);
+
+/// Between two attempts to (re)open the listening connection.
+const RECONNECT: Duration = Duration::from_secs(1);
+
+/// A store's fleet-wide waits.
+pub(crate) struct Waits {
+    shared: Arc<Shared>,
+    /// Dropped with the store: the listener then closes its connection and ends.
+    _stop: watch::Sender<()>,
+    stopped: watch::Receiver<()>,
+}
+
+struct Shared {
+    dialer: Dialer,
+    state: Mutex<State>,
+    /// Whether the listener is listening now.
+    listening: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Each waited-for key's payload, its signal and how many waiters hold it.
+    keys: HashMap<String, (Arc<Notify>, usize)>,
+    started: bool,
+}
+
+impl Waits {
+    pub(crate) fn new(dialer: Dialer) -> Waits {
+        let (stop, stopped) = watch::channel(());
+        Waits {
+            shared: Arc::new(Shared {
+                dialer,
+                state: Mutex::new(State::default()),
+                listening: watch::channel(false).0,
+            }),
+            _stop: stop,
+            stopped,
+        }
+    }
+
+    /// Registers a waiter for `key`'s lease, and returns once the listener is listening (or
+    /// could not start in time, or by `until`: then only the lease's end and the bound wake it).
+    async fn ticket(&self, payload: String, until: Instant) -> Ticket {
+        let (notify, start) = {
+            let mut st = self.shared.state.lock();
+            let entry = st
+                .keys
+                .entry(payload.clone())
+                .or_insert_with(|| (Arc::new(Notify::new()), 0));
+            entry.1 += 1;
+            let notify = entry.0.clone();
+            let start = !std::mem::replace(&mut st.started, true);
+            (notify, start)
+        };
+        let mut woken = Box::pin(notify.notified_owned());
+        woken.as_mut().enable();
+        let ticket = Ticket {
+            shared: self.shared.clone(),
+            payload,
+            woken,
+        };
+        if start {
+            tokio::spawn(listen(Arc::downgrade(&self.shared), self.stopped.clone()));
+        }
+        let mut listening = self.shared.listening.subscribe();
+        let by = until.min(Instant::now() + LISTENER_START);
+        let _ = tokio::time::timeout_at(by, listening.wait_for(|up| *up)).await;
+        ticket
+    }
+}
+
+/// One waiter's registration: woken by a notification for its key or by the listener's
+/// (re)connection and loss.
+struct Ticket {
+    shared: Arc<Shared>,
+    payload: String,
+    woken: std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock();
+        if let Some(entry) = st.keys.get_mut(&self.payload) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                st.keys.remove(&self.payload);
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn wake(&self, payload: &str) {
+        if let Some((n, _)) = self.state.lock().keys.get(payload) {
+            n.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        for (n, _) in self.state.lock().keys.values() {
+            n.notify_waiters();
+        }
+    }
+}
+
+/// The listener: opens its connection, listens on the schema's channel, and wakes the waiters
+/// of each notification's key; after a loss, wakes everyone and opens again.
+async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let session = open(&s).await;
+        drop(s);
+        if let Ok((client, mut notes)) = session {
+            if let Some(s) = shared.upgrade() {
+                s.listening.send_replace(true);
+                // Anything sent while no one listened is lost: everyone claims again.
+                s.wake_all();
+            }
+            loop {
+                tokio::select! {
+                    note = notes.recv() => match note {
+                        Some(payload) => match shared.upgrade() {
+                            Some(s) => s.wake(&payload),
+                            None => return,
+                        },
+                        None => break,
+                    },
+                    _ = stopped.changed() => return,
+                }
+            }
+            drop(client);
+            if let Some(s) = shared.upgrade() {
+                s.listening.send_replace(false);
+                s.wake_all();
+            }
+        } else if let Some(s) = shared.upgrade() {
+            s.wake_all();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECONNECT) => {}
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+/// A listening session: its client (dropping it closes the connection) and the payloads of
+/// the notifications it receives, in order; the channel ends when the connection does.
+async fn open(s: &Shared) -> Result<(tokio_postgres::Client, mpsc::UnboundedReceiver<String>)> {
+    let (client, mut connection) = s.dialer.dial().await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                    if tx.send(n.payload().to_owned()).is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            }
+        }
+    });
+    let row = client
+        .query_one("SELECT idemdb_wait_channel()", &[])
+        .await
+        .map_err(super::classify)?;
+    let channel: String = row.get(0);
+    // The channel is `idemdb_wait_` and hex digits (migration 6): a plain identifier.
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .map_err(super::classify)?;
+    Ok((client, rx))
+}
+
+/// The payload the trigger sends for a key: its namespace, tenant and key in hex, cut as the
+/// trigger cuts it.
+fn payload(ns: Namespace, tenant: &[u8], key: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut p = String::with_capacity(8 + 2 * (tenant.len() + key.len()));
+    let _ = write!(p, "{}:", ns_code(ns));
+    for b in tenant {
+        let _ = write!(p, "{b:02x}");
+    }
+    p.push(':');
+    for b in key {
+        let _ = write!(p, "{b:02x}");
+    }
+    p.truncate(PAYLOAD_MAX);
+    p
+}
+
+impl PgStore {
+    /// Waits, at most until `until`, for the live lease of the key to end; `false` when there
+    /// was none to wait for (it ended after the claim read it: claim again at once).
+    pub(crate) async fn wait_for_end(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        until: Instant,
+    ) -> Result<bool> {
+        let mut ticket = self.waits.ticket(payload(ns, tenant, key), until).await;
+        let row = self
+            .query(
+                statements::MARK_WAITING,
+                &[&ns_code(ns), &tenant, &key, &self.now_param()],
+            )
+            .await?;
+        let Some(row) = row else { return Ok(false) };
+        let left: i64 = row.get(0);
+        let lease_end = Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0));
+        let _ = tokio::time::timeout_at(until.min(lease_end), ticket.woken.as_mut()).await;
+        Ok(true)
+    }
+}
+
+impl super::Postgres {
+    /// [`PgStore::wait_for_end`].
+    pub(crate) async fn wait_for_end(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        until: Instant,
+    ) -> Result<bool> {
+        self.sql.wait_for_end(ns, tenant, key, until).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_names_the_key_as_the_trigger_does() {
+        assert_eq!(payload(Namespace::Requests, b"t\x01", b"K"), "0:7401:4b");
+        let long = payload(Namespace::Requests, &[0xab; 4000], b"k");
+        assert_eq!(long.len(), PAYLOAD_MAX);
+    }
+}
