@@ -201,20 +201,35 @@ impl AsyncStore {
             if now >= deadline {
                 return Ok(claim);
             }
-            // The lease's end (a holder that crashed never ends it), or the bound.
-            let until = deadline.min(now + retry_after);
+            // At the bound the answer is this claim's, its lease's time counted down: a claim
+            // is asked again only when the lease ended (its holder's call, or it ran out: a
+            // crashed holder never ends it).
+            let at_bound = || {
+                Ok(Claim::InProgress {
+                    retry_after: retry_after.saturating_sub(now.elapsed()),
+                })
+            };
             match (&self.backend, ticket) {
-                (Backend::Embedded(_), Some(t)) => t.wait(until).await,
-                #[cfg(feature = "postgres")]
-                (Backend::Postgres(pg), _) => {
-                    if !pg.wait_for_end(ns, tenant, key, deadline).await? {
-                        // The lease ended between the claim and the mark: claim again, after a
-                        // breath, so that a key that keeps changing hands cannot make a loop of
-                        // statements.
-                        tokio::time::sleep(Duration::from_millis(1).min(deadline - now)).await;
+                (Backend::Embedded(_), Some(t)) => {
+                    let lease_end = now + retry_after;
+                    if !t.wait(deadline.min(lease_end)).await && deadline < lease_end {
+                        return at_bound();
                     }
                 }
-                (Backend::Embedded(_), None) => tokio::time::sleep_until(until).await,
+                #[cfg(feature = "postgres")]
+                (Backend::Postgres(pg), _) => {
+                    match pg.wait_for_end(ns, tenant, key, deadline).await? {
+                        crate::postgres::Waited::Woken | crate::postgres::Waited::LeaseRanOut => {}
+                        crate::postgres::Waited::Bound => return at_bound(),
+                        // The lease ended between the claim and the mark: claim again, after a
+                        // breath, so that a key that keeps changing hands cannot make a loop
+                        // of statements.
+                        crate::postgres::Waited::NoLease => {
+                            tokio::time::sleep(Duration::from_millis(1).min(deadline - now)).await;
+                        }
+                    }
+                }
+                (Backend::Embedded(_), None) => return at_bound(),
             }
         }
     }

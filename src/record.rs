@@ -288,8 +288,9 @@ pub struct ClaimOptions {
     /// How long a claim that finds the key's lease held by another caller waits for that lease
     /// to end before it answers [`crate::Claim::InProgress`]. Waiting, the claim is asked again
     /// when the holder completes, fails or releases (then it answers the replay, the stored
-    /// failure, or acquires), when the lease runs out (then it takes the key over), and at this
-    /// bound. On the embedded store the holder's call wakes it in-process; on PostgreSQL, in any
+    /// failure, or acquires), and when the lease runs out (then it takes the key over); at this
+    /// bound it answers `InProgress` (with the lease's time left) without claiming again. On
+    /// the embedded store the holder's call wakes it in-process; on PostgreSQL, in any
     /// instance sharing the store, woken by `LISTEN/NOTIFY` from the statement that ends the lease
     /// (docs/design.md, "Waiting for a lease to end"). Default: `None`, no wait (the claim answers
     /// `InProgress` at once).

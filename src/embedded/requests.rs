@@ -51,7 +51,12 @@ impl Store {
             if now >= deadline {
                 return Ok(claim);
             }
-            ticket.wait(retry_after.min(deadline - now));
+            // At the bound the answer is this claim's (as `AsyncStore::claim`'s).
+            if !ticket.wait(retry_after.min(deadline - now)) && deadline - now < retry_after {
+                return Ok(Claim::InProgress {
+                    retry_after: retry_after.saturating_sub(now.elapsed()),
+                });
+            }
         }
     }
 
@@ -320,7 +325,7 @@ impl Store {
                     if now >= deadline {
                         return Ok(Execution::InProgress { retry_after });
                     }
-                    ticket.wait(retry_after.min(deadline - now));
+                    let _woken = ticket.wait(retry_after.min(deadline - now));
                 }
             }
         };

@@ -60,15 +60,17 @@ pub(crate) struct Ticket<'a> {
 }
 
 impl Ticket<'_> {
-    /// Blocks until a lease ends after the ticket was taken, or `at_most` passes.
-    pub(crate) fn wait(self, at_most: Duration) {
+    /// Blocks until a lease ends after the ticket was taken (`true`), or `at_most` passes
+    /// (`false`).
+    pub(crate) fn wait(self, at_most: Duration) -> bool {
         let until = Instant::now() + at_most;
         let mut g = self.of.generation.lock();
         while *g == self.seen {
             if self.of.cv.wait_until(&mut g, until).timed_out() {
-                break;
+                return *g != self.seen;
             }
         }
+        true
     }
 }
 
@@ -87,9 +89,11 @@ pub(crate) struct AsyncTicket {
 
 #[cfg(feature = "async")]
 impl AsyncTicket {
-    /// Until a lease ends after the ticket was taken, or `until`.
-    pub(crate) async fn wait(mut self, until: tokio::time::Instant) {
-        let _ = tokio::time::timeout_at(until, self.woken.as_mut()).await;
+    /// Until a lease ends after the ticket was taken (`true`), or `until` (`false`).
+    pub(crate) async fn wait(mut self, until: tokio::time::Instant) -> bool {
+        tokio::time::timeout_at(until, self.woken.as_mut())
+            .await
+            .is_ok()
     }
 }
 

@@ -40,6 +40,7 @@ mod tls;
 mod transaction;
 mod unique;
 mod waits;
+pub(crate) use waits::Waited;
 
 pub(crate) use crate::config::fleet::Settings;
 pub(crate) use causal::CausalKind;

@@ -53,7 +53,18 @@ struct Shared {
     dialer: Dialer,
     state: Mutex<State>,
     /// Whether the listener is listening now.
-    listening: watch::Sender<bool>,
+    listening: watch::Sender<Phase>,
+}
+
+/// The listener's state, as waiters see it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Opening its first connection: a waiter waits for it (at most [`LISTENER_START`]).
+    Starting,
+    Listening,
+    /// Its connection failed or was lost; it opens another a second later. Waiters do not wait
+    /// for it: their lease's end and their bound wake them.
+    Away,
 }
 
 #[derive(Default)]
@@ -70,7 +81,7 @@ impl Waits {
             shared: Arc::new(Shared {
                 dialer,
                 state: Mutex::new(State::default()),
-                listening: watch::channel(false).0,
+                listening: watch::channel(Phase::Starting).0,
             }),
             _stop: stop,
             stopped,
@@ -103,7 +114,7 @@ impl Waits {
         }
         let mut listening = self.shared.listening.subscribe();
         let by = until.min(Instant::now() + LISTENER_START);
-        let _ = tokio::time::timeout_at(by, listening.wait_for(|up| *up)).await;
+        let _ = tokio::time::timeout_at(by, listening.wait_for(|p| *p != Phase::Starting)).await;
         ticket
     }
 }
@@ -149,9 +160,19 @@ async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
         let Some(s) = shared.upgrade() else { return };
         let session = open(&s).await;
         drop(s);
+        #[cfg(feature = "tracing")]
+        if let Err(e) = &session {
+            tracing::warn!(
+                target: "idemdb",
+                error = %e,
+                "PostgreSQL: the listening connection for waiting claims cannot be opened (check \
+                 Config::listen_url); waiting claims end at their lease's end or bound until it \
+                 can, retrying every second"
+            );
+        }
         if let Ok((client, mut notes)) = session {
             if let Some(s) = shared.upgrade() {
-                s.listening.send_replace(true);
+                s.listening.send_replace(Phase::Listening);
                 // Anything sent while no one listened is lost: everyone claims again.
                 s.wake_all();
             }
@@ -169,10 +190,11 @@ async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
             }
             drop(client);
             if let Some(s) = shared.upgrade() {
-                s.listening.send_replace(false);
+                s.listening.send_replace(Phase::Away);
                 s.wake_all();
             }
         } else if let Some(s) = shared.upgrade() {
+            s.listening.send_replace(Phase::Away);
             s.wake_all();
         }
         tokio::select! {
@@ -230,28 +252,46 @@ fn payload(ns: Namespace, tenant: &[u8], key: &[u8]) -> String {
     p
 }
 
+/// How a wait for a lease's end ended.
+pub(crate) enum Waited {
+    /// A notification for the key, or the listener's (re)connection or loss: claim again.
+    Woken,
+    /// The lease ran out by the database's clock (its holder may have crashed): claim again.
+    LeaseRanOut,
+    /// The waiter's bound passed first.
+    Bound,
+    /// There was no live lease to wait for (it ended after the claim read it): claim again.
+    NoLease,
+}
+
 impl PgStore {
-    /// Waits, at most until `until`, for the live lease of the key to end; `false` when there
-    /// was none to wait for (it ended after the claim read it: claim again at once).
+    /// Waits, at most until `deadline`, for the live lease of the key to end.
     pub(crate) async fn wait_for_end(
         &self,
         ns: Namespace,
         tenant: &[u8],
         key: &[u8],
-        until: Instant,
-    ) -> Result<bool> {
-        let mut ticket = self.waits.ticket(payload(ns, tenant, key), until).await;
+        deadline: Instant,
+    ) -> Result<Waited> {
+        let mut ticket = self.waits.ticket(payload(ns, tenant, key), deadline).await;
         let row = self
             .query(
                 statements::MARK_WAITING,
                 &[&ns_code(ns), &tenant, &key, &self.now_param()],
             )
             .await?;
-        let Some(row) = row else { return Ok(false) };
+        let Some(row) = row else {
+            return Ok(Waited::NoLease);
+        };
         let left: i64 = row.get(0);
         let lease_end = Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0));
-        let _ = tokio::time::timeout_at(until.min(lease_end), ticket.woken.as_mut()).await;
-        Ok(true)
+        Ok(
+            match tokio::time::timeout_at(deadline.min(lease_end), ticket.woken.as_mut()).await {
+                Ok(()) => Waited::Woken,
+                Err(_) if lease_end <= deadline => Waited::LeaseRanOut,
+                Err(_) => Waited::Bound,
+            },
+        )
     }
 }
 
@@ -262,9 +302,9 @@ impl super::Postgres {
         ns: Namespace,
         tenant: &[u8],
         key: &[u8],
-        until: Instant,
-    ) -> Result<bool> {
-        self.sql.wait_for_end(ns, tenant, key, until).await
+        deadline: Instant,
+    ) -> Result<Waited> {
+        self.sql.wait_for_end(ns, tenant, key, deadline).await
     }
 }
 

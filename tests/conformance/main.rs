@@ -48,3 +48,4 @@ mod schema_migrates_up_and_down;
 mod skewed_instance_clocks_change_nothing;
 mod spans_name_the_same_decisions_alike;
 mod unique_values_have_one_live_owner;
+mod waiting_claims_survive_a_lost_listening_connection;

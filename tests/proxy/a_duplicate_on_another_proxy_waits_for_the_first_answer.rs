@@ -7,7 +7,7 @@
 use crate::harness::{routes_file, Proxy, Req, Schema, Store, Upstream};
 
 const ROUTES: &str = "\
-POST /payments hard wait=60s
+POST /payments hard wait=10s
 POST /flaky hard
 ";
 
