@@ -37,6 +37,7 @@ mod clients;
 mod harness;
 
 mod a_duplicate_on_another_proxy_waits_for_the_first_answer;
+mod a_duplicate_waiting_on_a_killed_proxy_is_answered_when_its_lease_ends;
 mod a_killed_proxy_leaves_no_key_stuck_past_its_lease;
 mod bad_input_gets_a_clear_answer;
 mod connections_over_the_limit_wait_their_turn;
