@@ -388,6 +388,10 @@ impl Store {
         stripe.forget(&rkey);
         let in_memory = stripe.drop_volatile(&rkey);
         let Some(raw) = self.core.engine.get(Cf::Records, &rkey)? else {
+            if in_memory {
+                // A pending lease kept in memory is gone: its waiters claim again.
+                self.core.finished.notify();
+            }
             return Ok(in_memory);
         };
         let mut batch = self.core.engine.batch();

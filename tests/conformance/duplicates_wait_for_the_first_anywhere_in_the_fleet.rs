@@ -1,9 +1,9 @@
 //! A claim with `ClaimOptions::wait` that finds the key's lease held by another instance waits
 //! for that lease to end and answers with its outcome: the holder's stored response when it
-//! completes, the key acquired when it releases, the key taken over when its lease runs out (a
-//! holder that crashed), and `InProgress` at the bound. On PostgreSQL the holder and the waiters
-//! are separate stores (as separate processes of a fleet would be), woken by `LISTEN/NOTIFY`;
-//! embedded, tasks of the one process that holds the store.
+//! completes, the key acquired when it releases or is forgotten, the key taken over when its
+//! lease runs out (a holder that crashed), and `InProgress` at the bound. On PostgreSQL the
+//! holder and the waiters are separate stores (as separate processes of a fleet would be), woken
+//! by `LISTEN/NOTIFY`; embedded, tasks of the one process that holds the store.
 
 use std::time::{Duration, Instant};
 
@@ -157,6 +157,19 @@ async fn check(h: &Harness) {
     match waiter.await.unwrap() {
         Claim::Acquired(l) => assert!(l.is_takeover() && l.fence() > crashed.fence()),
         other => panic!("a lease that ran out was not taken over by its waiter: {other:?}"),
+    }
+
+    // Forgotten (an operator's `idemdb forget`): the waiter claims again and acquires the key.
+    let Claim::Acquired(_forgotten) = a.claim("t", "forgotten", b"fp", held()).await.unwrap()
+    else {
+        panic!("acquires");
+    };
+    let waiter = spawn_waiter(&b, "forgotten", waiting());
+    until_waiting(h, "forgotten", std::slice::from_ref(&waiter)).await;
+    assert!(a.forget("t", "forgotten").await.unwrap());
+    match waiter.await.unwrap() {
+        Claim::Acquired(l) => assert_eq!(l.attempt(), 1, "a forgotten key starts afresh"),
+        other => panic!("after a forget the waiter got {other:?}"),
     }
 
     // A claim that finds the key free or finished never waits.
