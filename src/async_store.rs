@@ -218,8 +218,8 @@ impl AsyncStore {
                 }
                 #[cfg(feature = "postgres")]
                 (Backend::Postgres(pg), _) => {
-                    match pg.wait_for_end(ns, tenant, key, deadline).await? {
-                        crate::postgres::Waited::Woken | crate::postgres::Waited::LeaseRanOut => {}
+                    match pg.sql.wait_for_end(ns, tenant, key, deadline).await? {
+                        crate::postgres::Waited::Ended => {}
                         crate::postgres::Waited::Bound => return at_bound(),
                         // The lease ended between the claim and the mark: claim again, after a
                         // breath, so that a key that keeps changing hands cannot make a loop

@@ -254,10 +254,10 @@ fn payload(ns: Namespace, tenant: &[u8], key: &[u8]) -> String {
 
 /// How a wait for a lease's end ended.
 pub(crate) enum Waited {
-    /// A notification for the key, or the listener's (re)connection or loss: claim again.
-    Woken,
-    /// The lease ran out by the database's clock (its holder may have crashed): claim again.
-    LeaseRanOut,
+    /// The lease may have ended: a notification for the key, the listener's (re)connection or
+    /// loss, or the lease ran out by the database's clock (its holder may have crashed). Claim
+    /// again.
+    Ended,
     /// The waiter's bound passed first.
     Bound,
     /// There was no live lease to wait for (it ended after the claim read it): claim again.
@@ -287,24 +287,10 @@ impl PgStore {
         let lease_end = Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0));
         Ok(
             match tokio::time::timeout_at(deadline.min(lease_end), ticket.woken.as_mut()).await {
-                Ok(()) => Waited::Woken,
-                Err(_) if lease_end <= deadline => Waited::LeaseRanOut,
-                Err(_) => Waited::Bound,
+                Err(_) if deadline < lease_end => Waited::Bound,
+                _ => Waited::Ended,
             },
         )
-    }
-}
-
-impl super::Postgres {
-    /// [`PgStore::wait_for_end`].
-    pub(crate) async fn wait_for_end(
-        &self,
-        ns: Namespace,
-        tenant: &[u8],
-        key: &[u8],
-        deadline: Instant,
-    ) -> Result<Waited> {
-        self.sql.wait_for_end(ns, tenant, key, deadline).await
     }
 }
 
