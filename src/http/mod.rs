@@ -113,6 +113,17 @@
 //! ### `proxy-request-invalid`
 //! **400 Bad Request.** The request's path could not be sent on to the upstream.
 //!
+//! ### `principal-unverified`
+//! **401 Unauthorized**, with `WWW-Authenticate: Bearer error="invalid_token"`. The route scopes
+//! keys by a JWT's subject (`principal=jwt-sub:NAME`) and the token did not verify under the
+//! route's keys: a bad or missing signature, an algorithm the key does not allow (`none` never),
+//! `exp` passed or `nbf` to come (beyond the leeway), no `sub`, or an `iss`/`aud` the route does
+//! not accept (the `detail` says which). Nothing was stored or forwarded. Send a valid token.
+//!
+//! ### `principal-ambiguous`
+//! **400 Bad Request.** A header the route's key scope is read from (the principal's, or one of
+//! `scope-headers`) was sent more than once. Nothing was stored or forwarded. Send it once.
+//!
 //! # What the handler sees and can decide
 //!
 //! - Every request the handler runs for carries an [`Attempt`] in its extensions: which attempt
@@ -120,8 +131,18 @@
 //!   crashed process: the effect may already have happened).
 //! - A response may carry a [`StoreOverride`] in its extensions, which decides for that response
 //!   whether it is stored or releases the key, whatever its status.
-//! - A response too large for the store is sent to the client whole, not stored (the key is
-//!   released), and carries `Idempotent-Stored: false`.
+//! - A response too large for the store is sent to its client whole. If its status is one the
+//!   layer stores (or it carries [`StoreOverride::Store`]), its status and headers are stored
+//!   without the body and it carries `Idempotent-Stored: body-omitted`: a retry replays them with
+//!   an empty body and `Idempotent-Body-Omitted: true`, and the handler does not run again.
+//!   Otherwise the key is released and it carries `Idempotent-Stored: false`.
+//!
+//! # Headers on answers
+//!
+//! - `Idempotent-Replayed: true` and `Idempotency-Replayed: true` on every replayed answer (the
+//!   first is Stripe's spelling, the second the one of the IETF draft's discussion).
+//! - `Idempotency-Key-Retention: <seconds>` on stored and replayed answers: how long the layer
+//!   keeps a key's outcome ([`IdempotencyLayer::retention`]), counted from its first request.
 
 mod body;
 mod estimate;
@@ -461,7 +482,8 @@ pub struct HttpStats {
     pub refused: u64,
     /// Handlers whose status released the key (5xx by default), or that failed or panicked.
     pub released: u64,
-    /// Responses larger than the store's limit: served, not stored, key released.
+    /// Responses larger than the store's limit, served whole: stored without their body when
+    /// their status is stored (a retry replays the status and headers), else the key released.
     pub oversized: u64,
     /// Handlers whose lease was lost before their response could be stored.
     pub lease_lost: u64,

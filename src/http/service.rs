@@ -23,7 +23,7 @@ use super::body::{boxed, full, read_limited, BoxError, HttpBody, Read};
 use super::estimate::{retry_after_secs, Route};
 use super::key::{fingerprint_request, parse_key};
 use super::problem::{problem, problem_parts};
-use super::stored::{meta_of, meta_size, replay_response};
+use super::stored::{meta_of, meta_size, replay_response, BODY_OMITTED, RETENTION};
 use super::tenant::{tenant_of, NoTenant};
 use super::{Attempt, Counters, Options, StoreOverride, WhileRunning};
 use crate::async_store::{Detached, OnRelease};
@@ -226,7 +226,9 @@ where
         Ok(Claim::Acquired(lease)) => lease,
         Ok(Claim::Completed(r) | Claim::Failed(r)) => {
             Counters::bump(&stats.replayed);
-            return Ok(replay_response(r));
+            let mut resp = replay_response(r);
+            advertise_retention(&opts, resp.headers_mut());
+            return Ok(resp);
         }
         Ok(Claim::Mismatch) => {
             Counters::bump(&stats.mismatched);
@@ -369,19 +371,37 @@ where
     opts.durations.record(route, started.elapsed());
 
     match ran {
-        Some(Ran::Whole(parts, meta, bytes)) => {
+        Some(Ran::Whole(mut parts, meta, bytes)) => {
             if stored(&opts, &parts) {
                 store(&opts, &lease, held_until, &bytes, &meta).await;
+                advertise_retention(&opts, &mut parts.headers);
             } else {
                 release(&opts, lease, held_until, &stats.released).await;
             }
             Ok(HttpResponse::from_parts(parts, full(bytes)))
         }
         Some(Ran::TooLarge(mut parts, body)) => {
-            release(&opts, lease, held_until, &stats.oversized).await;
-            parts
-                .headers
-                .insert(NOT_STORED, HeaderValue::from_static("false"));
+            if stored(&opts, &parts) {
+                // The handler ran and its answer is the key's outcome: a retry must not run it
+                // again. Its status and headers are stored with a marker in place of the body,
+                // which only this caller gets.
+                let mut meta = meta_of(&parts, &opts.replay_headers);
+                if meta_size(&meta) + BODY_OMITTED.len() + 4 > max {
+                    meta = meta_of(&parts, &[]);
+                }
+                meta.insert(BODY_OMITTED.to_owned(), "true".to_owned());
+                Counters::bump(&stats.oversized);
+                store(&opts, &lease, held_until, &Bytes::new(), &meta).await;
+                parts
+                    .headers
+                    .insert(NOT_STORED, HeaderValue::from_static("body-omitted"));
+                advertise_retention(&opts, &mut parts.headers);
+            } else {
+                release(&opts, lease, held_until, &stats.oversized).await;
+                parts
+                    .headers
+                    .insert(NOT_STORED, HeaderValue::from_static("false"));
+            }
             Ok(HttpResponse::from_parts(parts, body))
         }
         Some(Ran::Error(e)) => {
@@ -406,6 +426,8 @@ where
             let (parts, body) = problem_parts(&opts.problem_docs, status, code, detail);
             let meta = meta_of(&parts, &[header::CONTENT_TYPE, header::LINK]);
             store(&opts, &lease, held_until, &body, &meta).await;
+            let mut parts = parts;
+            advertise_retention(&opts, &mut parts.headers);
             Ok(HttpResponse::from_parts(parts, full(body)))
         }
         None => {
@@ -420,8 +442,15 @@ where
     }
 }
 
-/// The header on a response too large to store: sent whole, not stored, the key released.
+/// The header on a response too large to store, sent whole: `false` when the key was released,
+/// `body-omitted` when its status and headers were stored without the body.
 const NOT_STORED: &str = "idempotent-stored";
+
+/// Says on a stored or replayed answer how long the layer keeps a key's outcome
+/// (`Idempotency-Key-Retention`, whole seconds, counted from the key's first request).
+fn advertise_retention(opts: &Options, headers: &mut http::HeaderMap) {
+    headers.insert(RETENTION, HeaderValue::from(opts.retention.as_secs()));
+}
 
 /// Stores the handler's response as the key's outcome and counts it.
 async fn store(

@@ -1,10 +1,11 @@
 //! How an HTTP response is kept in a record and replayed. Invariant: a replay carries the stored
-//! status, the stored body byte for byte, only the allow-listed headers (never `Set-Cookie`), and
-//! `Idempotent-Replayed: true`.
+//! status, the stored body byte for byte, only the allow-listed headers (never `Set-Cookie`),
+//! `Idempotent-Replayed: true` and `Idempotency-Replayed: true`; a response stored without its
+//! body (too large for the store) replays with an empty body and `Idempotent-Body-Omitted: true`.
 //!
 //! Layout in [`Response::meta`]: `status` → the code; `h:<lower-case name>` → the header's values
-//! joined by `\n` (a header value can never contain a newline). Values that are not visible ASCII
-//! are not stored.
+//! joined by `\n` (a header value can never contain a newline); `body-omitted` → `true` when the
+//! body was left out. Values that are not visible ASCII are not stored.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +15,16 @@ use http::{HeaderName, HeaderValue, Response as HttpResponse, StatusCode};
 use super::body::{full, HttpBody};
 use crate::record::{Replay, Response};
 
-/// The header added to every replayed response.
+/// The header added to every replayed response (Stripe's spelling).
 pub(crate) const REPLAYED: &str = "idempotent-replayed";
+/// The same, in the spelling of the IETF draft's discussion and other implementations.
+pub(crate) const REPLAYED_DRAFT: &str = "idempotency-replayed";
+/// On a replay whose body was too large to store: the body is empty, the rest is as stored.
+pub(crate) const BODY_OMITTED_HEADER: &str = "idempotent-body-omitted";
+/// The metadata entry that marks a response stored without its body.
+pub(crate) const BODY_OMITTED: &str = "body-omitted";
+/// On stored and replayed answers: how long the key's outcome is kept, in seconds.
+pub(crate) const RETENTION: &str = "idempotency-key-retention";
 const HEADER_PREFIX: &str = "h:";
 
 /// The metadata to store for a response with these parts, keeping only `allowed` headers.
@@ -73,6 +82,10 @@ pub(crate) fn replay_response(replay: Replay) -> HttpResponse<HttpBody> {
         }
     }
     headers.insert(REPLAYED, HeaderValue::from_static("true"));
+    headers.insert(REPLAYED_DRAFT, HeaderValue::from_static("true"));
+    if meta.get(BODY_OMITTED).is_some_and(|v| v == "true") {
+        headers.insert(BODY_OMITTED_HEADER, HeaderValue::from_static("true"));
+    }
     resp
 }
 
@@ -111,6 +124,8 @@ mod tests {
         let multi: Vec<_> = resp.headers().get_all("x-multi").iter().collect();
         assert_eq!(multi, ["a", "b"]);
         assert_eq!(resp.headers()[REPLAYED], "true");
+        assert_eq!(resp.headers()[REPLAYED_DRAFT], "true");
+        assert!(resp.headers().get(BODY_OMITTED_HEADER).is_none());
         let body = futures_body(resp.into_body());
         assert_eq!(body, b"hello");
     }

@@ -109,6 +109,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             ALTER TABLE idemdb_requests DROP COLUMN waiting;
         ",
     },
+    Migration {
+        version: 7,
+        name: "claim nonces: a claim whose answer was lost is released by its caller",
+        up: CLAIM_NONCE,
+        down: CLAIM_NONCE_DOWN,
+    },
 ];
 
 /// Fleet-wide waits (`waits.rs`). `waiting` is set on a pending row by a claim that waits for
@@ -419,11 +425,17 @@ $fn$;
 /// tokens that carry the server's timeline (`idemdb_fence_next()`).
 macro_rules! claim_function {
     ($create:literal, $fence:literal) => {
+        claim_function!($create, $fence, "", "", "", "")
+    };
+    ($create:literal, $fence:literal, $param:literal, $column:literal, $value:literal,
+     $set:literal) => {
         concat!(
             $create,
             " ",
             "idemdb_claim(p_ns smallint, p_tenant bytea, p_key bytea, p_fp bytea,
-    p_lease bigint, p_retention bigint, p_now bigint,
+    p_lease bigint, p_retention bigint, p_now bigint",
+            $param,
+            ",
     OUT acquired boolean, OUT fence bigint, OUT attempts integer, OUT taken_over boolean,
     OUT lease_until bigint, OUT expires_at bigint, OUT checkpoint_phase text,
     OUT checkpoint_state bytea, OUT fingerprint bytea, OUT state smallint,
@@ -456,11 +468,15 @@ BEGIN
     END IF;
     IF NOT found_row THEN
         INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-            fence, attempts, takeovers, state, lease_until, taken_over)
+            fence, attempts, takeovers, state, lease_until, taken_over",
+            $column,
+            ")
         VALUES (p_ns, p_tenant, p_key, p_fp, now, now + p_retention, ",
             $fence,
             ", 1,
-            0, 0, now + p_lease, false)
+            0, 0, now + p_lease, false",
+            $value,
+            ")
         ON CONFLICT DO NOTHING
         RETURNING q.fence, q.attempts, q.taken_over, q.lease_until, q.expires_at
         INTO fence, attempts, taken_over, lease_until, expires_at;
@@ -478,7 +494,9 @@ BEGIN
                              ELSE q.takeovers + (q.state = 0)::int END,
             taken_over = q.expires_at > now AND q.state = 0,
             state = 0,
-            lease_until = now + p_lease,
+            lease_until = now + p_lease,",
+            $set,
+            "
             finished_at = NULL,
             response_body = NULL,
             response_meta = NULL,
@@ -660,6 +678,38 @@ const EPOCH_FENCE_DOWN: &str = concat!(
     "
     DROP FUNCTION idemdb_fence_next();
     ALTER SEQUENCE idemdb_fence NO MAXVALUE;
+    "
+);
+
+/// Claim nonces (`lost_claims.rs`). Every claim that may acquire
+/// carries a nonce its caller chose, written into the row it acquires (`claim_nonce`), so that a
+/// caller whose claim statement may have committed without its answer reaching it (the
+/// connection lost, the answer later than the statement's bound, the primary killed after the
+/// commit reached a synchronous standby) can release exactly the lease that claim took, and
+/// nothing else: `statements::RELEASE_LOST_CLAIM`. A row written before this step has no nonce
+/// (`NULL`), which no release matches. The claim function gains the nonce as its last parameter.
+const CLAIM_NONCE: &str = concat!(
+    "
+    ALTER TABLE idemdb_requests ADD COLUMN claim_nonce bigint;
+    DROP FUNCTION idemdb_claim(smallint, bytea, bytea, bytea, bigint, bigint, bigint);
+    ",
+    claim_function!(
+        "CREATE FUNCTION",
+        "idemdb_fence_next()",
+        ", p_nonce bigint",
+        ", claim_nonce",
+        ", p_nonce",
+        "\n            claim_nonce = p_nonce,"
+    )
+);
+
+const CLAIM_NONCE_DOWN: &str = concat!(
+    "
+    DROP FUNCTION idemdb_claim(smallint, bytea, bytea, bytea, bigint, bigint, bigint, bigint);
+    ",
+    claim_function!("CREATE FUNCTION", "idemdb_fence_next()"),
+    "
+    ALTER TABLE idemdb_requests DROP COLUMN claim_nonce;
     "
 );
 

@@ -26,6 +26,7 @@ mod coalesce;
 mod commit;
 mod entities;
 mod fences;
+mod lost_claims;
 pub(crate) mod migrations;
 mod offsets;
 mod pool;
@@ -180,6 +181,8 @@ pub(crate) struct PgStore {
     hits: requests::Hits,
     /// Claims waiting for a lease to end, and the listening connection that wakes them.
     waits: waits::Waits,
+    /// Claim nonces, and the claims whose answer was lost (`lost_claims.rs`).
+    lost_claims: lost_claims::LostClaims,
 }
 
 fn ns_code(ns: Namespace) -> i16 {
@@ -571,6 +574,7 @@ impl PgStore {
             fences: fences::Fences::default(),
             hits: requests::Hits::default(),
             waits: waits::Waits::new(listen),
+            lost_claims: lost_claims::LostClaims::default(),
         })
     }
 

@@ -325,6 +325,10 @@ impl PgStore {
         read: Option<Row>,
     ) -> Result<(Claim, Millis, Millis)> {
         let buffered = self.buffered && !checked.durable;
+        // A claim of this store whose answer was lost first releases what it may hold
+        // (`lost_claims.rs`): this claim is then a new attempt, not a takeover of it.
+        self.settle_lost_claim(ns, tenant, key).await?;
+        let nonce = self.lost_claims.nonce();
         // With buffered claims on, every claim that may insert takes its token from the block
         // (a durable one too: tokens a store hands out must increase, and a token drawn past the
         // block would end the block).
@@ -339,12 +343,16 @@ impl PgStore {
                 key,
                 fingerprint,
                 (checked, buffered),
-                token,
+                (token, nonce),
                 read,
             )
             .await;
         // On an error nothing is noted, and the token is not given back: the statement may have
-        // committed with it.
+        // committed with it. An unavailable database may have committed the claim without its
+        // answer reaching here: what it may hold is released (`lost_claims.rs`).
+        if let Err(Error::Unavailable { .. }) = &answer {
+            self.claim_lost(ns, tenant, key, nonce);
+        }
         if let Ok((claim, _, _)) = &answer {
             let acquired = match claim {
                 Claim::Acquired(l) => Some(l.fence),
@@ -364,7 +372,7 @@ impl PgStore {
     }
 
     /// [`PgStore::claim`] with its token (`None`: a durable claim, the unnamed mode, or a row
-    /// read first) and the row it read first, if any.
+    /// read first), its nonce, and the row it read first, if any.
     #[allow(clippy::too_many_arguments)]
     async fn claim_with(
         self: &Arc<Self>,
@@ -373,7 +381,7 @@ impl PgStore {
         key: &[u8],
         fingerprint: &[u8],
         (checked, buffered): (Checked, bool),
-        token: Option<i64>,
+        (token, nonce): (Option<i64>, i64),
         read: Option<Row>,
     ) -> Result<(Claim, Millis, Millis)> {
         let (lease_ms, retention_ms) = (
@@ -390,20 +398,35 @@ impl PgStore {
         let mut fast = self.mode == StatementMode::Prepared || buffered;
         let run = |fast: bool| async move {
             let now = self.now_param();
-            let params: [&dyn Param; 9] = [
-                &ns_c,
-                &tenant,
-                &key,
-                &fingerprint,
-                &lease_ms,
-                &retention_ms,
-                &now,
-                &token,
-                &buffered,
-            ];
             match fast {
-                true => self.query(statements::CLAIM_FAST, &params).await,
-                false => self.query(statements::CLAIM, &params[..7]).await,
+                true => {
+                    let params: [&dyn Param; 10] = [
+                        &ns_c,
+                        &tenant,
+                        &key,
+                        &fingerprint,
+                        &lease_ms,
+                        &retention_ms,
+                        &now,
+                        &token,
+                        &buffered,
+                        &nonce,
+                    ];
+                    self.query(statements::CLAIM_FAST, &params).await
+                }
+                false => {
+                    let params: [&dyn Param; 8] = [
+                        &ns_c,
+                        &tenant,
+                        &key,
+                        &fingerprint,
+                        &lease_ms,
+                        &retention_ms,
+                        &now,
+                        &nonce,
+                    ];
+                    self.query(statements::CLAIM, &params).await
+                }
             }
         };
         let mut first = read.map(Some);
@@ -420,6 +443,7 @@ impl PgStore {
                 retention_ms,
                 fence: token,
                 buffered,
+                nonce,
             };
             first = Some(match Coalescer::<Claims>::enter(self, call) {
                 Turn::Alone(lead) => {
@@ -684,6 +708,8 @@ pub(crate) struct ClaimCall {
     fence: Option<i64>,
     /// Whether it may commit without waiting for its flush (a batch does only if all may).
     buffered: bool,
+    /// Its nonce (`lost_claims.rs`).
+    nonce: i64,
 }
 
 /// Claims coalesced: [`statements::CLAIM_BATCH`]; each call's row as [`statements::CLAIM_FAST`]
@@ -716,6 +742,7 @@ impl Kind for Claims {
         let retentions: Vec<i64> = sorted.iter().map(|(_, c)| c.retention_ms).collect();
         let fences: Vec<Option<i64>> = sorted.iter().map(|(_, c)| c.fence).collect();
         let buffered = sorted.iter().all(|(_, c)| c.buffered);
+        let nonces: Vec<i64> = sorted.iter().map(|(_, c)| c.nonce).collect();
         let now = store.now_param();
         let rows = store
             .query_rows_in(
@@ -731,6 +758,7 @@ impl Kind for Claims {
                     &now,
                     &fences,
                     &buffered,
+                    &nonces,
                 ],
             )
             .await?;

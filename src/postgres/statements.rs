@@ -81,7 +81,7 @@ macro_rules! key_row {
 
 /// $1 ns, $2 tenant, $3 key, $4 fingerprint, $5 lease ms, $6 retention ms, $7 test clock, $8
 /// the claim's fencing token from its store's block (`NULL`: drawn here), $9 whether the claim is
-/// buffered.
+/// buffered, $10 the claim's nonce (written into the row it acquires: [`RELEASE_LOST_CLAIM`]).
 /// The claim's first statement, for the two common cases, shaped like the hand-written recipe:
 /// the key's row is read first (`r`); only when there is none, a new row is inserted pending
 /// (`ON CONFLICT DO NOTHING`: of concurrent inserts exactly one wins) and answers `acquired`. An
@@ -107,14 +107,14 @@ pub(crate) const CLAIM_FAST: &str = concat!(
     "),
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over)
+        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
     SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, ",
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
     " + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, ",
     now_expr!("$7"),
-    " + $5::bigint, false
+    " + $5::bigint, false, $10::bigint
     WHERE NOT EXISTS (SELECT 1 FROM r)
       AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ON CONFLICT DO NOTHING
@@ -149,8 +149,9 @@ pub(crate) const CLAIM_READ: &str = key_row!("$4");
 pub(crate) const CLAIM_BATCH: &str = concat!(
     "WITH i AS (
     SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[],
-        $6::bigint[], $8::bigint[])
-        WITH ORDINALITY AS i(ns, tenant, key, fingerprint, lease_ms, retention_ms, fence, ord)),
+        $6::bigint[], $8::bigint[], $10::bigint[])
+        WITH ORDINALITY AS i(ns, tenant, key, fingerprint, lease_ms, retention_ms, fence, nonce,
+            ord)),
 r AS (
     SELECT i.ord, false AS acquired, ",
     claim_columns!("r"),
@@ -161,14 +162,14 @@ r AS (
         WHERE r.ns = i.ns AND r.tenant = i.tenant AND r.key = i.key OFFSET 0) r),
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over)
+        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
     SELECT i.ns, i.tenant, i.key, i.fingerprint, ",
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
     " + i.retention_ms, COALESCE(i.fence, idemdb_fence_next()), 1, 0, 0, ",
     now_expr!("$7"),
-    " + i.lease_ms, false
+    " + i.lease_ms, false, i.nonce
     FROM i WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.ord = i.ord)
       AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ORDER BY i.ord
@@ -183,12 +184,21 @@ UNION ALL
 SELECT * FROM r"
 );
 
-/// The same parameters as [`CLAIM_FAST`]: the `idemdb_claim` function of migration 2 (see
-/// `migrations.rs` for how it decides), used when the key's row looked acquirable (a takeover,
+/// $1 to $7 as [`CLAIM_FAST`], $8 the claim's nonce: the `idemdb_claim` function of migrations
+/// 2 and 7 (see `migrations.rs` for how it decides), used when the key's row looked acquirable (a takeover,
 /// an expired record, a released lease). Its row: `acquired` (`NULL`: nothing decided, ask
 /// again), the acquired lease's columns, or the row as it was read.
 pub(crate) const CLAIM: &str = "SELECT * FROM idemdb_claim($1::smallint, $2::bytea, $3::bytea, \
-    $4::bytea, $5::bigint, $6::bigint, $7::bigint)";
+    $4::bytea, $5::bigint, $6::bigint, $7::bigint, $8::bigint)";
+
+/// $1 ns, $2 tenant, $3 key, $4 a claim's nonce: releases the lease that claim acquired, if it
+/// did and the lease is still the row's (pending, with that nonce), as [`RELEASE`] would; one
+/// row (its fence) when it released. Sent by a caller whose claim may have committed without
+/// its answer reaching it (`requests.rs`, "Claims whose answer was lost"): no other lease carries
+/// the nonce, so it never releases another caller's.
+pub(crate) const RELEASE_LOST_CLAIM: &str = "UPDATE idemdb_requests q SET state = 1 \
+    WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea \
+    AND q.claim_nonce = $4::bigint AND q.state = 0 RETURNING q.fence";
 
 /// A holder's call as one call of migration 2's `idemdb_holder` function (the unnamed statement
 /// mode, whose statements are planned at every call: the function's are planned once per server

@@ -50,6 +50,10 @@ pub struct PostgresStats {
     pub coalesced_statements: u64,
     /// The calls those statements carried.
     pub coalesced_calls: u64,
+    /// Claims of this store whose answer was lost (the statement may have committed) and whose
+    /// lease it then released, so that the key's next claim is a new attempt, not a takeover,
+    /// since it opened.
+    pub lost_claims_released: u64,
 }
 
 impl PgStore {
@@ -85,6 +89,7 @@ impl PgStore {
             failovers_seen,
             coalesced_statements,
             coalesced_calls,
+            lost_claims_released: self.lost_claims.released(),
         })
     }
 }

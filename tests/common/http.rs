@@ -153,12 +153,18 @@ async fn boom(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
 #[derive(serde::Deserialize)]
 struct Size {
     n: usize,
+    /// The status to answer with (200 by default).
+    status: Option<u16>,
 }
 
 async fn big(State(calls): State<Arc<Calls>>, Query(q): Query<Size>) -> impl IntoResponse {
     calls.big.fetch_add(1, Ordering::SeqCst);
     let body: Vec<u8> = (0..q.n).map(|i| (i % 251) as u8).collect();
-    (StatusCode::OK, body)
+    let status = q
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    (status, [("x-big", "yes")], body)
 }
 
 async fn panic(State(calls): State<Arc<Calls>>) -> &'static str {

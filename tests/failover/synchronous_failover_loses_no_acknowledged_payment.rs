@@ -14,7 +14,13 @@
 //! - a lease taken before the kill (its claim replicated synchronously) is still the holder
 //!   afterwards: its completion is accepted, not refused (refusing it would run its effect again);
 //! - a takeover never happens while an earlier holder's lease was live, and no key is acquired
-//!   afresh (not as a takeover) after it was acquired once: the record was not lost.
+//!   afresh (not as a takeover) after it was acquired once: the record was not lost;
+//! - a key is taken over only after some client was answered `Acquired` for it: a claim that
+//!   committed while its answer was lost in the failover (the client saw an error and ran
+//!   nothing) is released by its store, not taken over as if its client might have acted
+//!   (regression, issue 42 item 2). Strict for payments with one client, which retry on their
+//!   own instance; a duplicate on another instance may still take over a lost claim whose lease
+//!   ran out before its store could release it (counted and printed).
 //!
 //! The handler is a correct client of the library: it charges only right after an `Acquired`
 //! claim while the lease is surely live, and asks `complete` again until it is decided. The lease
@@ -97,6 +103,10 @@ struct Shared {
     transient: AtomicUsize,
     takeovers: AtomicUsize,
     found_charged: AtomicUsize,
+    /// Keys some client was answered `Acquired` for.
+    answered: Mutex<std::collections::HashSet<String>>,
+    /// Takeovers of keys no client had been answered `Acquired` for (a lost claim's lease).
+    unsent_takeovers: Mutex<Vec<String>>,
     lost_leases: Mutex<Vec<(String, LeaseLost)>>,
     moments: Moments,
 }
@@ -178,6 +188,10 @@ async fn pay(
                 tokio::time::sleep(retry_after.min(Duration::from_millis(250))).await;
             }
             Claim::Acquired(lease) => {
+                let first_answer = sh.answered.lock().insert(key.clone());
+                if lease.is_takeover() && first_answer {
+                    sh.unsent_takeovers.lock().push(key.clone());
+                }
                 sh.acquired.lock().push(Acquired {
                     instance,
                     fence: lease.fence(),
@@ -417,6 +431,32 @@ async fn on_a_sync_pair() {
 
     let violations = sh.violations.lock().clone();
     assert!(violations.is_empty(), "lease violations: {violations:#?}");
+
+    // A lost claim is released, not taken over (one client per payment: strictly).
+    let mut released = 0;
+    for store in stores.iter() {
+        if let Ok(stats) = store.postgres_stats().await {
+            released += stats.lost_claims_released;
+        }
+    }
+    let unsent = sh.unsent_takeovers.lock().clone();
+    let (twins, single): (Vec<&String>, Vec<&String>) = unsent.iter().partition(|k| {
+        k.strip_prefix("pay-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|i| i % 5 == 0)
+    });
+    println!(
+        "synchronous failover: {released} claims whose answer was lost released by their store; \
+         takeovers of keys no client was answered Acquired for: {} of payments with one \
+         client, {} of duplicated payments",
+        single.len(),
+        twins.len()
+    );
+    assert!(
+        single.is_empty(),
+        "keys taken over although no client had been answered Acquired (a lost claim's lease \
+         was not released): {single:?}"
+    );
 
     // Every payment charged exactly once.
     let ledger = sh.ledger.lock().clone();

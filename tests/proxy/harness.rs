@@ -196,6 +196,8 @@ pub struct Upstream {
     proc: Option<Running>,
     pub port: u16,
     pub effects: PathBuf,
+    /// `--jwt-secret`: the HMAC secret its `/orders` verifies callers' tokens with.
+    jwt_secret: Option<PathBuf>,
 }
 
 /// One line of the effects file: `payment <n> <account> <amount> <key>` or `big <n> <bytes> <key>`.
@@ -221,6 +223,19 @@ impl Upstream {
             proc: None,
             port,
             effects: dir.join("effects"),
+            jwt_secret: None,
+        };
+        u.launch();
+        u
+    }
+
+    /// As [`Upstream::start`], its `/orders` verifying HS256 tokens under the secret in `secret`.
+    pub fn start_verifying(dir: &Path, secret: &Path) -> Upstream {
+        let mut u = Upstream {
+            proc: None,
+            port: 0,
+            effects: dir.join("effects"),
+            jwt_secret: Some(secret.to_owned()),
         };
         u.launch();
         u
@@ -234,6 +249,9 @@ impl Upstream {
             .arg(self.port.to_string())
             .arg("--effects")
             .arg(&self.effects);
+        if let Some(secret) = &self.jwt_secret {
+            cmd.arg("--jwt-secret").arg(secret);
+        }
         let mut proc = Running::spawn("the upstream (python3 tests/proxy/upstream.py)", cmd);
         let line = proc.next_line(READY_WITHIN, "`listening on PORT`");
         let port: u16 = line
@@ -733,12 +751,42 @@ pub fn pg_addr() -> SocketAddr {
 }
 
 /// A TCP relay to `target` on 127.0.0.1 that can cut every connection and refuse new ones (a
-/// database gone away), and let them through again.
+/// database gone away), and let them through again, or hold what the database sends for a while
+/// (answers that come late: the database acted, its caller does not know yet).
 pub struct Relay {
     pub port: u16,
     up: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    /// Until when bytes from the database are held (kept, then sent in order).
+    held_until: Arc<Mutex<Option<Instant>>>,
+}
+
+/// Copies `from` to `to` until either ends; while `held_until` is in the future, what was read is
+/// kept and written when it has passed.
+fn relay_copy(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    held_until: Option<Arc<Mutex<Option<Instant>>>>,
+) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while let Some(until) = held_until.as_ref().and_then(|h| *h.lock().unwrap()) {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(20)));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
 }
 
 impl Relay {
@@ -748,7 +796,8 @@ impl Relay {
         let up = Arc::new(AtomicBool::new(true));
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
-        let (u, s, cs) = (up.clone(), stop.clone(), conns.clone());
+        let held_until = Arc::new(Mutex::new(None));
+        let (u, s, cs, held) = (up.clone(), stop.clone(), conns.clone(), held_until.clone());
         std::thread::spawn(move || {
             for inbound in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -764,14 +813,19 @@ impl Relay {
                     continue;
                 };
                 let mut list = cs.lock().unwrap();
-                for (mut from, mut to) in [
-                    (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
-                    (outbound.try_clone().unwrap(), inbound.try_clone().unwrap()),
+                for (from, to, hold) in [
+                    (
+                        inbound.try_clone().unwrap(),
+                        outbound.try_clone().unwrap(),
+                        None,
+                    ),
+                    (
+                        outbound.try_clone().unwrap(),
+                        inbound.try_clone().unwrap(),
+                        Some(held.clone()),
+                    ),
                 ] {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(Shutdown::Write);
-                    });
+                    std::thread::spawn(move || relay_copy(from, to, hold));
                 }
                 list.push(inbound);
                 list.push(outbound);
@@ -782,7 +836,14 @@ impl Relay {
             up,
             stop,
             conns,
+            held_until,
         }
+    }
+
+    /// Holds everything the database sends, on every connection, for `d` from now (then sends
+    /// it, in order).
+    pub fn hold_answers(&self, d: Duration) {
+        *self.held_until.lock().unwrap() = Some(Instant::now() + d);
     }
 
     /// Cuts every connection and refuses new ones.

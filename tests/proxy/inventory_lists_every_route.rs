@@ -1,7 +1,8 @@
 //! `idemdb proxy --inventory --routes FILE` prints the routes as a table, exits 0 and starts
 //! nothing: a header row (ROUTE, METHODS, LEVEL, KEY, SCOPE, LEASE, RETENTION, MAX BODY), one row
 //! per route line in the file's order with its options or their defaults (lease 30s, retention
-//! 24h, max body 1MiB), then a last row for unmatched requests, which pass through (`none`).
+//! 24h, max body 1MiB), then a last row for unmatched requests, which pass through (`none`); on
+//! stderr, a warning for each keyed route whose keys every caller shares.
 
 use crate::harness::{proxy_command, routes_file, run};
 
@@ -11,7 +12,7 @@ POST /payments hard principal=header:x-api-key lease=2s retention=1h max-body=64
 
 POST,PATCH /orders/* soft fingerprint=content-type,x-tenant wait=5s
 * /admin/** none
-POST /transfers soft principal=jwt-sub:authorization on-unknown=release
+POST /transfers soft principal=jwt-sub:authorization jwt-key=jwks:/etc/idemdb/jwks.json on-unknown=release
 POST /small soft max-body=512B
 POST /kilo soft max-body=1024
 ";
@@ -167,6 +168,7 @@ fn inventory_lists_every_route() {
     assert_eq!(transfers[route], "/transfers", "{out}");
     assert_eq!(transfers[level], "soft", "{out}");
     assert!(transfers[scope].contains("authorization"), "{out}");
+    assert!(transfers[scope].contains("verified"), "{out}");
 
     one_of(&rows[4], max_body, &["512B", "512"], &out);
     one_of(&rows[5], max_body, &["1KiB", "1024", "1024B"], &out);
@@ -180,4 +182,18 @@ fn inventory_lists_every_route() {
         !ROUTES.contains(&format!(" {} ", unmatched[route])),
         "the last row is for unmatched requests, not a route of the file:\n{out}"
     );
+    let warned: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(
+        warned.len(),
+        3,
+        "the anonymous keyed routes (lines 4, 7, 8) are warned of:\n{err}"
+    );
+    for line in [4, 7, 8] {
+        assert!(
+            warned
+                .iter()
+                .any(|w| w.starts_with(&format!("warning: line {line} "))),
+            "line {line}:\n{err}"
+        );
+    }
 }

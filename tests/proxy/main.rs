@@ -36,12 +36,16 @@ macro_rules! on_both_stores {
 mod clients;
 mod harness;
 
+mod a_claim_whose_answer_was_lost_is_sent_once;
 mod a_duplicate_on_another_proxy_waits_for_the_first_answer;
 mod a_duplicate_waiting_on_a_killed_proxy_is_answered_when_its_lease_ends;
 mod a_killed_proxy_leaves_no_key_stuck_past_its_lease;
+mod a_principal_is_only_what_was_verified;
+mod a_response_too_large_to_store_never_runs_twice;
 mod bad_input_gets_a_clear_answer;
 mod connections_over_the_limit_wait_their_turn;
 mod database_cut_fails_closed;
+mod every_spelling_of_a_keyed_path_is_keyed;
 mod health_and_metrics_are_answered_by_the_proxy;
 mod inventory_lists_every_route;
 mod retries_through_an_embedded_proxy_run_each_payment_once;

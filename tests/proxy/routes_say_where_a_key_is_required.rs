@@ -7,7 +7,8 @@
 //! through untouched even with a key. `wait=` makes a duplicate wait for the first answer (at
 //! most that long: 409 after); `fingerprint=` headers (and the default, Content-Type) are part of the request
 //! compared under a key, other headers are not; after `retention=` a key is forgotten;
-//! `principal=jwt-sub:NAME` scopes keys by the token's `sub`, not by the token. Without
+//! `principal=jwt-sub-unverified:NAME` (behind a gateway that verified the token) scopes keys by
+//! the token's `sub`, not by the token (verified tokens: `a_principal_is_only_what_was_verified`). Without
 //! `--routes`, POST is soft and GET passes through.
 
 use std::time::Duration;
@@ -27,10 +28,11 @@ GET /payments/* none
 const MORE_ROUTES: &str = "\
 POST /big soft lease=1s retention=2s
 POST /payments soft wait=1s
-POST /flaky hard principal=jwt-sub:authorization
+POST /flaky hard principal=jwt-sub-unverified:authorization
 ";
 
-/// A JWT (unsigned: the proxy reads its subject, it does not authenticate) with `claims`.
+/// A JWT (unsigned: on a `jwt-sub-unverified` route the proxy reads its subject without
+/// verifying it) with `claims`.
 fn jwt(claims: &str) -> String {
     fn b64url(data: &[u8]) -> String {
         const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -272,7 +274,7 @@ fn routes_say_where_a_key_is_required() {
     });
     assert_eq!(upstream.payments_of("acct-wait-bounded").len(), 1);
 
-    // principal=jwt-sub:authorization: the token's subject scopes the key.
+    // principal=jwt-sub-unverified:authorization: the token's subject scopes the key.
     let as_ = |token: Option<String>| {
         let req = Req::post("/flaky").key("j1").json("acct-jwt", 1);
         match token {

@@ -2,7 +2,7 @@
 """The upstream of the `idemdb proxy` tests (tests/proxy): a payment service with no idempotency
 of its own, so that every request the proxy forwards performs its effect again.
 
-    python3 tests/proxy/upstream.py --port 0 --effects FILE
+    python3 tests/proxy/upstream.py --port 0 --effects FILE [--jwt-secret FILE]
 
 Python 3.11, standard library only. `--port 0` picks a free port; when ready it prints
 `listening on PORT` on stdout. Every effect is one line appended to FILE (flushed and fsynced
@@ -18,15 +18,23 @@ restarted upstream goes on numbering.
     POST /flaky      X-Fail-Times: K: per idempotency key, the first K calls answer 503 without
                      effect, later ones are a payment as /payments
     POST /big?bytes=N  the effect `big ...`, then 201 with a body of N bytes
+    POST /orders     Authorization: Bearer <HS256 JWT under --jwt-secret, exp in the future>:
+                     the effect `order <n> <sub> <idempotency-key or ->`, then 201 with
+                     {"id", "sub", "nonce"}; any other token: 401, no effect (the service
+                     verifies its callers itself)
     GET /payments/<n>  200 with that effect line
     GET /health      200
 
-X-Delay-Ms: N sleeps N ms before the effect; X-Delay-After-Ms: N sleeps N ms after it, before the
+Paths are routed as many frameworks do: percent-escapes decoded, `.` and `..` resolved, runs of
+`/` made one, a trailing `/` dropped. X-Delay-Ms: N sleeps N ms before the effect; X-Delay-After-Ms: N sleeps N ms after it, before the
 reply (to be killed with the effect done). PATCH is served as POST. Every response has a Content-Length; connections are
 kept alive (HTTP/1.1); requests are served concurrently, one thread each.
 """
 
 import argparse
+import base64
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -34,7 +42,43 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
+
+
+def route_path(path):
+    """The path as the service routes it: `/payments/`, `//payments`, `/%70ayments` and
+    `/x/../payments` are `/payments`."""
+    segments = []
+    for s in unquote(path).split("/"):
+        if s == "..":
+            segments = segments[:-1]
+        elif s not in ("", "."):
+            segments.append(s)
+    return "/" + "/".join(segments)
+
+
+def b64url_decode(part):
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def verified_sub(header, secret):
+    """The `sub` of an HS256 token under `secret` that has not expired, else None."""
+    if secret is None or not header or not header.startswith("Bearer "):
+        return None
+    try:
+        head, payload, sig = header[len("Bearer "):].split(".")
+        if json.loads(b64url_decode(head)).get("alg") != "HS256":
+            return None
+        mac = hmac.new(secret, f"{head}.{payload}".encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, b64url_decode(sig)):
+            return None
+        claims = json.loads(b64url_decode(payload))
+        if not isinstance(claims.get("exp"), int) or claims["exp"] < time.time():
+            return None
+        sub = claims.get("sub")
+        return sub if isinstance(sub, str) and sub else None
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 class Effects:
@@ -153,8 +197,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         url = urlsplit(self.path)
+        url = url._replace(path=route_path(url.path))
         body = self.body()
-        if url.path == "/payments":
+        if url.path == "/orders":
+            self.order(body)
+        elif url.path == "/payments":
             self.payment(body)
         elif url.path == "/fail":
             self.reply(500, "upstream failed on purpose\n", "text/plain")
@@ -179,6 +226,14 @@ class Handler(BaseHTTPRequestHandler):
         self.delay("X-Delay-After-Ms")
         answer = {"id": n, "account": account, "amount": amount, "nonce": uuid.uuid4().hex}
         self.reply(201, json.dumps(answer), headers=[("Location", f"/payments/{n}")])
+
+    def order(self, body):
+        sub = verified_sub(self.headers.get("Authorization"), self.server.jwt_secret)
+        if sub is None:
+            self.problem(401, "the token does not verify")
+            return
+        n = self.server.effects.perform("order", field(sub), self.key())
+        self.reply(201, json.dumps({"id": n, "sub": sub, "nonce": uuid.uuid4().hex}))
 
     def flaky(self, body):
         try:
@@ -213,6 +268,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--effects", required=True)
+    parser.add_argument("--jwt-secret")
     args = parser.parse_args()
 
     ThreadingHTTPServer.daemon_threads = True
@@ -234,6 +290,10 @@ def main():
     server.effects = Effects(args.effects)
     server.flaky_lock = threading.Lock()
     server.flaky_calls = {}
+    server.jwt_secret = None
+    if args.jwt_secret:
+        with open(args.jwt_secret, "rb") as f:
+            server.jwt_secret = f.read().rstrip(b"\r\n")
     print(f"listening on {server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

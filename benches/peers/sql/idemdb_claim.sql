@@ -2,8 +2,8 @@ WITH r AS (
     SELECT false AS acquired, r.fence, r.attempts, r.taken_over, r.lease_until, r.expires_at, r.checkpoint_phase, r.checkpoint_state, r.fingerprint, r.state, r.finished_at, r.response_body, r.response_meta, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) AS now FROM idemdb_requests r WHERE r.ns = $1::smallint AND r.tenant = $2::bytea AND r.key = $3::bytea),
 ins AS (
     INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over)
-    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false
+        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
+    SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint), COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, COALESCE($7::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) + $5::bigint, false, $10::bigint
     WHERE NOT EXISTS (SELECT 1 FROM r)
       AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
     ON CONFLICT DO NOTHING

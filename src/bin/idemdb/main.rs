@@ -215,21 +215,27 @@ struct MigrateArgs {
                   ROUTES FILE (the idempotency inventory): one route per line, `#` comments:\n  \
                   METHODS PATH LEVEL [OPTION=VALUE ...]\n  \
                   POST        /payments     hard  principal=header:x-api-key lease=10s\n  \
-                  POST,PATCH  /orders/*     soft  principal=jwt-sub:authorization\n  \
+                  POST,PATCH  /orders/*     soft  principal=jwt-sub:authorization \
+                  jwt-key=jwks:/etc/jwks.json\n  \
                   *           /internal/**  none\n\
                   METHODS: upper-case names separated by commas, or * (a keyed * route keys \
                   POST, PUT, PATCH,\nDELETE). PATH: `*` or `{id}` one segment, `**` \
                   (last) any rest. LEVEL: hard\n(Idempotency-Key required), soft (keyed when \
                   sent), none (passed through). OPTIONS and defaults:\n  \
-                  principal=anonymous|header:NAME|jwt-sub:NAME   whose keys (default anonymous: \
-                  one scope)\n  \
+                  principal=anonymous|header:NAME|jwt-sub:NAME|jwt-sub-unverified:NAME   whose \
+                  keys (default\n    anonymous: one scope); jwt-sub needs jwt-key=secret:FILE|pem:FILE|\
+                  jwks:FILE, and takes\n    jwt-iss=A,B jwt-aud=A,B jwt-leeway=30s; a token that \
+                  does not verify is 401, nothing stored\n  \
+                  scope-headers=NAME,NAME (their values, hashed, scope the key too and are \
+                  fingerprinted)\n  \
                   lease=30s  retention=24h  max-body=1MiB  wait=0s (a duplicate's wait, then \
                   409)\n  \
                   fingerprint=content-type (headers besides method, path, query, body; or none)\n  \
                   on-unknown=fail|release (default fail: an answer lost at the upstream is \
                   stored, never resent)\n\
-                  The first matching route decides; an unmatched request passes through. \
-                  Without --routes:\nPOST,PATCH /** soft. The proxy answers GET /_idemdb/health \
+                  The first matching route decides, on the path's normal form (/payments/, \
+                  //payments and /%70ayments\nare /payments); an unmatched request passes \
+                  through. Without --routes:\nPOST,PATCH /** soft. The proxy answers GET /_idemdb/health \
                   and /_idemdb/metrics itself.\n\
                   A bad routes file stops the proxy at start, naming the line (exit status 2).\n\
                   A key's tenant (for idemdb inspect and forget) is `p` + its principal \

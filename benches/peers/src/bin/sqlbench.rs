@@ -174,10 +174,12 @@ async fn main_async(s: S) -> R<()> {
                                 86_400_000i64,
                                 None::<i64>,
                             );
-                            // idemdb's claim takes two more parameters, a token from the
-                            // store's block and whether it is buffered: `NULL` and false here,
-                            // a claim drawing its own and flushed (its server work as before).
-                            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                            // idemdb's claim takes three more parameters, a token from the
+                            // store's block, whether it is buffered and the claim's nonce:
+                            // `NULL`, false and the key's number here, a claim drawing its own
+                            // token and flushed (its server work as before).
+                            let nonce = i64::try_from(k).unwrap_or(0);
+                            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
                                 &ns,
                                 &tenant,
                                 &kb,
@@ -187,9 +189,10 @@ async fn main_async(s: S) -> R<()> {
                                 &now,
                                 &now,
                                 &false,
+                                &nonce,
                             ];
                             let row = c
-                                .query_one(cl, &params[..cl.params().len().min(9)])
+                                .query_one(cl, &params[..cl.params().len().min(10)])
                                 .await
                                 .map_err(pg_err)?;
                             if !replay {

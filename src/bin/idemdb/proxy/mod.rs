@@ -6,10 +6,11 @@
 //! proxy answers its own paths under `/_idemdb/` and no others.
 //!
 //! Layers, top down: `server` (connections, routing, admin paths, shutdown) over the library's
-//! `IdempotencyLayer` per route over `upstream` (the pooled client); `routes` is the inventory and
-//! `body` the timed bodies.
+//! `IdempotencyLayer` per route over `upstream` (the pooled client); `routes` is the inventory,
+//! `jwt` the verification of tokens that scope keys, and `body` the timed bodies.
 
 mod body;
+mod jwt;
 mod routes;
 mod server;
 mod upstream;
@@ -46,6 +47,9 @@ pub(crate) fn inventory(routes: Option<PathBuf>) -> Result<ExitCode, String> {
     let routes = load(routes.as_deref())?;
     println!("routes: {}", routes.source);
     print!("{}", routes.table());
+    for w in routes.warnings() {
+        eprintln!("warning: {w}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

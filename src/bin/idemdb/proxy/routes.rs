@@ -7,14 +7,21 @@
 //! ```text
 //! # METHODS   PATH            LEVEL  OPTIONS
 //! POST        /payments       hard   principal=header:x-api-key lease=10s max-body=64KiB
-//! POST,PATCH  /orders/*       soft   principal=jwt-sub:authorization
+//! POST,PATCH  /orders/*       soft   principal=jwt-sub:authorization jwt-key=jwks:/etc/idemdb/jwks.json
 //! *           /internal/**    none
 //! ```
+//!
+//! A request's path is matched in its normal form ([`normalise`]), so that every spelling the
+//! upstream would route to one endpoint (`/payments/`, `//payments`, `/%70ayments`,
+//! `/x/../payments`) meets that endpoint's route.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
+
+use super::jwt::{JwtRule, KeyFile};
 
 /// The longest lease and retention a route may ask for (the store's own ceilings).
 const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
@@ -38,9 +45,13 @@ pub(crate) enum Principal {
     Anonymous,
     /// The value of this request header (an API key, a user id set by a gateway).
     Header(HeaderName),
-    /// The `sub` claim of the JWT in this header (`Bearer` prefix optional), read as the upstream
-    /// receives it: the proxy does not verify the token, the upstream does.
-    JwtSub(HeaderName),
+    /// The `sub` claim of the JWT in this header (`Bearer` prefix optional), once the proxy has
+    /// verified the token under the route's `jwt-key` (`jwt.rs`).
+    JwtSub(HeaderName, JwtRule),
+    /// The `sub` claim of the JWT in this header, NOT verified: for a proxy behind a gateway
+    /// that verified the token and removes tokens it refuses. Anyone who can reach the proxy
+    /// directly can claim any subject with a forged token.
+    JwtSubUnverified(HeaderName),
 }
 
 /// What a key records when the upstream's outcome is unknown: the request reached it but no
@@ -78,6 +89,9 @@ pub(crate) struct Route {
     pub(crate) retention: Duration,
     pub(crate) max_body: usize,
     pub(crate) fingerprint: Vec<HeaderName>,
+    /// `scope-headers=`: request headers whose values scope the key with the principal (and are
+    /// part of the fingerprint).
+    pub(crate) scope_headers: Vec<HeaderName>,
     pub(crate) wait: Duration,
     pub(crate) on_unknown: OnUnknown,
 }
@@ -135,12 +149,48 @@ impl Routes {
         })
     }
 
-    /// The first route for this method and path, if any.
+    /// The first route for this method and path (in its normal form, [`normalise`]), if any.
     pub(crate) fn find(&self, method: &Method, path: &str) -> Option<(usize, &Route)> {
+        let path = normalise(path);
         self.routes
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches_method(method) && r.matches_path(path))
+            .find(|(_, r)| r.matches_method(method) && r.matches_path(&path))
+    }
+
+    /// What an operator should know before trusting these routes, one line each: a keyed route
+    /// whose keys every caller shares, and a keyed GET or HEAD (a replay hides the current
+    /// state).
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in self.routes.iter().filter(|r| r.level != Level::None) {
+            let at = match r.line {
+                0 => format!("the built-in route `{}`", r.path),
+                n => format!("line {n} (`{}`)", r.path),
+            };
+            if r.principal == Principal::Anonymous && r.scope_headers.is_empty() {
+                out.push(format!(
+                    "{at}: every caller shares one key scope (principal=anonymous): one caller \
+                     can replay, block or probe another's key. Set principal=header:NAME or \
+                     principal=jwt-sub:NAME, or scope-headers=authorization"
+                ));
+            }
+            if let Principal::JwtSubUnverified(h) = &r.principal {
+                out.push(format!(
+                    "{at}: principal=jwt-sub-unverified:{h} trusts tokens the proxy does not \
+                     verify: only safe behind a gateway that verified them, with the proxy \
+                     unreachable otherwise"
+                ));
+            }
+            let keyed = r.keyed_methods();
+            if keyed.contains(&Method::GET) || keyed.contains(&Method::HEAD) {
+                out.push(format!(
+                    "{at}: GET is keyed: a replayed GET answers the state of its first request, \
+                     not the current one"
+                ));
+            }
+        }
+        out
     }
 
     /// The inventory as a table: one row per route, then the row of unmatched requests.
@@ -184,15 +234,7 @@ impl Routes {
                     Level::Soft => "Idempotency-Key, optional".to_owned(),
                     Level::None => dash(),
                 },
-                if keyed {
-                    match &r.principal {
-                        Principal::Anonymous => "anonymous (one scope)".to_owned(),
-                        Principal::Header(h) => format!("header {h}"),
-                        Principal::JwtSub(h) => format!("JWT sub in {h}"),
-                    }
-                } else {
-                    dash()
-                },
+                if keyed { scope_of(r) } else { dash() },
                 if keyed {
                     human_duration(r.lease)
                 } else {
@@ -244,6 +286,69 @@ impl Routes {
     }
 }
 
+/// The inventory's SCOPE cell of a keyed route.
+fn scope_of(r: &Route) -> String {
+    let mut scope = match &r.principal {
+        Principal::Anonymous => "anonymous (one scope)".to_owned(),
+        Principal::Header(h) => format!("header {h}"),
+        Principal::JwtSub(h, rule) => {
+            format!("JWT sub in {h} (verified, {})", rule.keys.describe())
+        }
+        Principal::JwtSubUnverified(h) => format!("JWT sub in {h} (UNVERIFIED)"),
+    };
+    if !r.scope_headers.is_empty() {
+        let names: Vec<&str> = r.scope_headers.iter().map(HeaderName::as_str).collect();
+        scope.push_str(&format!(" + headers {}", names.join(",")));
+    }
+    scope
+}
+
+/// The form in which a request's path is matched against the routes: percent-escapes of
+/// unreserved characters (`A-Z a-z 0-9 - . _ ~`, RFC 3986 2.3) decoded, `.` and `..` segments
+/// resolved (RFC 3986 5.2.4), runs of `/` made one, and a trailing `/` dropped (`/` itself
+/// stays). Every other escape stays as sent (`%2F` is not a separator). The request is
+/// forwarded as it came; only matching uses this form.
+pub(crate) fn normalise(path: &str) -> Cow<'_, str> {
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~');
+    let bytes = path.as_bytes();
+    let simple = !path.contains('%')
+        && !path.contains("//")
+        && (path == "/" || !path.ends_with('/'))
+        && path.split('/').all(|s| s != "." && s != "..");
+    if simple {
+        return Cow::Borrowed(path);
+    }
+    let mut decoded = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(b) = hex.filter(|&b| unreserved(b)) {
+                decoded.push(char::from(b));
+                i += 3;
+                continue;
+            }
+        }
+        // `path` is a str: copy the whole character that starts here.
+        let len = path[i..].chars().next().map_or(1, char::len_utf8);
+        decoded.push_str(&path[i..i + len]);
+        i += len;
+    }
+    let mut segments: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    Cow::Owned(format!("/{}", segments.join("/")))
+}
+
 impl Route {
     fn matches_method(&self, m: &Method) -> bool {
         match &self.methods {
@@ -252,16 +357,17 @@ impl Route {
         }
     }
 
+    /// Whether `path`, in its normal form, matches the pattern.
     fn matches_path(&self, path: &str) -> bool {
-        let rest = path.strip_prefix('/').unwrap_or(path);
-        let mut parts = rest.split('/');
+        let mut parts = path.split('/').filter(|s| !s.is_empty());
         for seg in &self.segments {
             match seg {
                 Segment::Rest => return true,
-                Segment::One => match parts.next() {
-                    Some(p) if !p.is_empty() => {}
-                    _ => return false,
-                },
+                Segment::One => {
+                    if parts.next().is_none() {
+                        return false;
+                    }
+                }
                 Segment::Literal(l) => match parts.next() {
                     Some(p) if p == l => {}
                     _ => return false,
@@ -322,9 +428,16 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
         retention: Duration::from_secs(24 * 3600),
         max_body: 1 << 20,
         fingerprint: vec![http::header::CONTENT_TYPE],
+        scope_headers: Vec::new(),
         wait: Duration::ZERO,
         on_unknown: OnUnknown::Fail,
     };
+    // `jwt-*` options, applied to the principal's rule once every option is read.
+    let mut jwt_key: Option<KeyFile> = None;
+    let mut jwt_iss: Vec<String> = Vec::new();
+    let mut jwt_aud: Vec<String> = Vec::new();
+    let mut jwt_leeway: Option<Duration> = None;
+    let mut jwt_header: Option<HeaderName> = None;
     let mut seen: Vec<&str> = Vec::new();
     for option in fields {
         let Some((name, value)) = option.split_once('=') else {
@@ -346,14 +459,48 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
                 route.principal = match value.split_once(':') {
                     _ if value == "anonymous" => Principal::Anonymous,
                     Some(("header", h)) => Principal::Header(header_name(h).map_err(|e| bad(&e))?),
-                    Some(("jwt-sub", h)) => Principal::JwtSub(header_name(h).map_err(|e| bad(&e))?),
+                    Some(("jwt-sub", h)) => {
+                        // Its rule is completed below, from the `jwt-*` options.
+                        jwt_header = Some(header_name(h).map_err(|e| bad(&e))?);
+                        Principal::Anonymous
+                    }
+                    Some(("jwt-sub-unverified", h)) => {
+                        Principal::JwtSubUnverified(header_name(h).map_err(|e| bad(&e))?)
+                    }
                     _ => {
                         return Err(bad(
-                            "expected anonymous, header:NAME or jwt-sub:NAME (the `sub` of the \
-                             JWT in header NAME)",
+                            "expected anonymous, header:NAME, jwt-sub:NAME (the `sub` of the \
+                             JWT in header NAME, verified with jwt-key=) or \
+                             jwt-sub-unverified:NAME",
                         ))
                     }
                 }
+            }
+            "jwt-key" => jwt_key = Some(KeyFile::parse(value).map_err(|e| bad(&e))?),
+            "jwt-iss" | "jwt-aud" => {
+                let list: Vec<String> = value.split(',').map(str::to_owned).collect();
+                if list.iter().any(String::is_empty) {
+                    return Err(bad("expected one value or several separated by commas"));
+                }
+                if name == "jwt-iss" {
+                    jwt_iss = list;
+                } else {
+                    jwt_aud = list;
+                }
+            }
+            "jwt-leeway" => {
+                let d = duration(value).map_err(|e| bad(&e))?;
+                if d > Duration::from_secs(300) {
+                    return Err(bad("a leeway is at most 5m"));
+                }
+                jwt_leeway = Some(d);
+            }
+            "scope-headers" => {
+                route.scope_headers = value
+                    .split(',')
+                    .map(header_name)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| bad(&e))?
             }
             "lease" => {
                 let d = duration(value).map_err(|e| bad(&e))?;
@@ -397,10 +544,43 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{name}`; the options are principal, lease, retention, \
-                     max-body, fingerprint, wait, on-unknown"
+                    "unknown option `{name}`; the options are principal, jwt-key, jwt-iss, \
+                     jwt-aud, jwt-leeway, scope-headers, lease, retention, max-body, \
+                     fingerprint, wait, on-unknown"
                 ))
             }
+        }
+    }
+    match (jwt_header, jwt_key) {
+        (Some(h), Some(keys)) => {
+            let mut rule = JwtRule::new(keys);
+            rule.issuers = jwt_iss;
+            rule.audiences = jwt_aud;
+            if let Some(l) = jwt_leeway {
+                rule.leeway = l;
+            }
+            route.principal = Principal::JwtSub(h, rule);
+        }
+        (Some(h), None) => {
+            return Err(format!(
+                "principal=jwt-sub:{h} needs jwt-key=secret:PATH, pem:PATH or jwks:PATH: the \
+                 proxy answers replays itself, so a token it has not verified would let anyone \
+                 use another caller's keys (behind a gateway that verifies tokens, write \
+                 principal=jwt-sub-unverified:{h})"
+            ))
+        }
+        (None, _) if !jwt_iss.is_empty() || !jwt_aud.is_empty() || jwt_leeway.is_some() => {
+            return Err("jwt-iss, jwt-aud and jwt-leeway go with principal=jwt-sub:NAME".into())
+        }
+        (None, Some(_)) => {
+            return Err("jwt-key goes with principal=jwt-sub:NAME".into());
+        }
+        (None, None) => {}
+    }
+    // Scope headers are part of what a key's requests must share.
+    for h in &route.scope_headers {
+        if !route.fingerprint.contains(h) {
+            route.fingerprint.push(h.clone());
         }
     }
     if route.level != Level::None && route.retention < route.lease {
@@ -437,10 +617,8 @@ fn parse_path(path: &str) -> Result<Vec<Segment>, String> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(format!("path `{path}` must start with `/`"));
     };
-    if rest.is_empty() {
-        return Ok(vec![Segment::Literal(String::new())]);
-    }
-    let parts: Vec<&str> = rest.split('/').collect();
+    // A pattern is written in the normal form requests are matched in: no empty segment.
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
     let mut out = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
         let seg = match *p {
@@ -580,6 +758,104 @@ mod tests {
         );
         assert!(Routes::parse("POST /q soft lease=1s retention=1s").is_ok());
         assert!(Routes::parse("POST /q none").is_ok());
+    }
+
+    /// Regression (issue 42, item 4): `/payments/`, `//payments` and `/%70ayments` passed
+    /// through a `POST /payments hard` route unkeyed.
+    #[test]
+    fn every_spelling_of_a_path_meets_its_route() {
+        let routes = Routes::parse("POST /payments hard\nPOST /orders/*/items hard\n").unwrap();
+        for path in [
+            "/payments",
+            "/payments/",
+            "//payments",
+            "/payments//",
+            "/%70ayments",
+            "/%70%61yments",
+            "/x/../payments",
+            "/./payments",
+            "/x/%2E%2E/payments",
+            "///payments///",
+        ] {
+            assert_eq!(
+                routes.find(&Method::POST, path).map(|(i, _)| i),
+                Some(0),
+                "{path}"
+            );
+        }
+        assert_eq!(normalise("/"), "/");
+        assert_eq!(normalise("//"), "/");
+        assert_eq!(normalise("/../.."), "/");
+        assert_eq!(normalise("/a%2Fb/"), "/a%2Fb", "a %2F is not a separator");
+        assert_eq!(normalise("/%7E%41%zz%"), "/~A%zz%");
+        assert_eq!(normalise("/caf\u{e9}/%41"), "/caf\u{e9}/A");
+        assert!(matches!(normalise("/plain/path"), Cow::Borrowed(_)));
+        assert_eq!(
+            routes
+                .find(&Method::POST, "/orders/7//items/")
+                .map(|(i, _)| i),
+            Some(1)
+        );
+        assert!(routes.find(&Method::POST, "/orders//items").is_none());
+        assert!(routes.find(&Method::POST, "/payment").is_none());
+        let r = route("POST /trailing/ hard");
+        assert!(r.matches_path(&normalise("/trailing")));
+    }
+
+    /// Regression (issue 42, item 1): `principal=jwt-sub:NAME` took the token's `sub` without
+    /// checking its signature.
+    #[test]
+    fn a_jwt_subject_needs_a_key_to_verify_it() {
+        let e = Routes::parse("POST /p hard principal=jwt-sub:authorization").unwrap_err();
+        assert!(e.contains("needs jwt-key="), "{e}");
+        let e = Routes::parse("POST /p hard jwt-key=secret:/s").unwrap_err();
+        assert!(e.contains("goes with principal=jwt-sub"), "{e}");
+        let e = Routes::parse("POST /p hard jwt-aud=api").unwrap_err();
+        assert!(e.contains("go with principal=jwt-sub"), "{e}");
+        let r = route(
+            "POST /p hard jwt-key=jwks:/k.json jwt-iss=a,b jwt-aud=api jwt-leeway=5s \
+             principal=jwt-sub:authorization",
+        );
+        let Principal::JwtSub(h, rule) = &r.principal else {
+            panic!("{:?}", r.principal)
+        };
+        assert_eq!(h, "authorization");
+        assert_eq!(rule.keys, KeyFile::Jwks("/k.json".into()));
+        assert_eq!(rule.issuers, ["a", "b"]);
+        assert_eq!(rule.audiences, ["api"]);
+        assert_eq!(rule.leeway, Duration::from_secs(5));
+        assert_eq!(
+            route("POST /p hard principal=jwt-sub-unverified:x-token").principal,
+            Principal::JwtSubUnverified(HeaderName::from_static("x-token"))
+        );
+    }
+
+    #[test]
+    fn scope_headers_scope_and_fingerprint_and_warnings_name_risky_routes() {
+        let r = route("POST /p hard scope-headers=authorization,host");
+        assert_eq!(r.scope_headers, ["authorization", "host"]);
+        assert!(r
+            .fingerprint
+            .contains(&HeaderName::from_static("authorization")));
+        let routes = Routes::parse(
+            "POST /a hard\nPOST /b hard scope-headers=authorization\nGET,POST /c soft \
+             principal=header:x-api-key\nPOST /d hard principal=jwt-sub-unverified:authorization\n",
+        )
+        .unwrap();
+        let w = routes.warnings();
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert!(
+            w[0].starts_with("line 1") && w[0].contains("principal=anonymous"),
+            "{w:#?}"
+        );
+        assert!(
+            w[1].starts_with("line 3") && w[1].contains("GET is keyed"),
+            "{w:#?}"
+        );
+        assert!(
+            w[2].starts_with("line 4") && w[2].contains("does not verify"),
+            "{w:#?}"
+        );
     }
 
     #[test]

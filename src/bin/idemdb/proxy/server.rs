@@ -6,11 +6,11 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -25,7 +25,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::{ProxyBody, Timed};
-use super::routes::{Level, OnUnknown, Principal, Routes};
+use super::jwt::Verifier;
+use super::routes::{Level, OnUnknown, Principal, Route, Routes};
 use super::upstream::{Forwarder, Peer, Upstream};
 use super::Options;
 use crate::Target;
@@ -96,6 +97,13 @@ struct App {
     routes: Routes,
     /// The idempotent service of each keyed route (`None` for a `none` route), by index.
     keyed: Vec<Option<Idempotency<Forwarder>>>,
+    /// How each keyed route scopes its keys (`None` for a `none` route), by index.
+    scopers: Vec<Option<Scoper>>,
+    /// Problem documents in the layer's format.
+    problems: IdempotencyLayer,
+    /// When a keyed request that no keyed route took was last logged (seconds since the Unix
+    /// epoch): at most one such warning a second.
+    ignored_logged: AtomicU64,
     /// Requests no keyed route takes.
     passthrough: Forwarder,
     store: AsyncStore,
@@ -144,6 +152,15 @@ pub(crate) async fn serve(
         problems,
         stopping,
     )?);
+    for w in routes.warnings() {
+        eprintln!("idemdb proxy: warning: {w}");
+    }
+    let scopers = routes
+        .routes
+        .iter()
+        .map(|r| (r.level != Level::None).then(|| Scoper::new(r)).transpose())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("routes file {}, {e}", routes.source))?;
     let keyed = routes
         .routes
         .iter()
@@ -152,7 +169,8 @@ pub(crate) async fn serve(
                 let layer = IdempotencyLayer::new(store.clone())
                     .methods(r.keyed_methods())
                     .require_key(r.level == Level::Hard)
-                    .principal(principal(&r.principal))
+                    // The scope was resolved (and a token verified) before the layer: `handle`.
+                    .principal(|parts| parts.extensions.get::<Scope>().and_then(|s| s.0.clone()))
                     .fingerprint_headers(r.fingerprint.clone())
                     .lease(r.lease)
                     .retention(r.retention)
@@ -172,6 +190,9 @@ pub(crate) async fn serve(
     let app = Arc::new(App {
         routes,
         keyed,
+        scopers,
+        problems: IdempotencyLayer::new(store.clone()),
+        ignored_logged: AtomicU64::new(0),
         passthrough: Forwarder::new(upstream.clone(), OnUnknown::Release),
         store: store.clone(),
         metrics,
@@ -273,11 +294,28 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     let guard = InFlight::enter(&app.in_flight);
     let task = tokio::spawn(async move {
         let _guard = guard;
-        let route = app
-            .routes
-            .find(req.method(), req.uri().path())
-            .map(|(i, _)| i);
-        match route.and_then(|i| app.keyed[i].clone()) {
+        let route = app.routes.find(req.method(), req.uri().path());
+        let keyed = route.and_then(|(i, r)| {
+            let svc = app.keyed[i].clone()?;
+            r.keyed_methods().contains(req.method()).then_some((i, svc))
+        });
+        if keyed.is_none() && req.headers().contains_key(IDEMPOTENCY_KEY) {
+            ignored_key(&app, route.map(|(_, r)| r), &req);
+        }
+        if let Some((i, _)) = &keyed {
+            // A keyed request's scope is settled before anything is claimed or forwarded.
+            if req.headers().contains_key(IDEMPOTENCY_KEY) {
+                if let Some(scoper) = &app.scopers[*i] {
+                    match scoper.resolve(req.headers()) {
+                        Ok(scope) => {
+                            req.extensions_mut().insert(scope);
+                        }
+                        Err(refused) => return refused.answer(&app.problems),
+                    }
+                }
+            }
+        }
+        match keyed.map(|(_, svc)| svc) {
             Some(mut svc) => {
                 let _ = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
                 match svc.call(req).await {
@@ -369,25 +407,154 @@ fn full(s: String) -> HttpBody {
         .boxed_unsync()
 }
 
-/// The layer's principal function for a route.
-fn principal(
-    p: &Principal,
-) -> impl Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static {
-    let p = p.clone();
-    move |parts: &http::request::Parts| match &p {
-        Principal::Anonymous => Some("anonymous".to_owned()),
-        Principal::Header(name) => {
-            let v = parts.headers.get(name)?.to_str().ok()?.trim();
-            (!v.is_empty()).then(|| v.to_owned())
-        }
-        Principal::JwtSub(name) => {
-            let v = parts.headers.get(name)?.to_str().ok()?.trim();
-            jwt_subject(v.strip_prefix("Bearer ").unwrap_or(v))
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// Counts (and logs, at most once a second) a request that carries an `Idempotency-Key` but
+/// that no keyed route took: it passes through unkeyed, and its sender may believe otherwise.
+fn ignored_key<B>(app: &App, route: Option<&Route>, req: &Request<B>) {
+    let reason = match route {
+        None => "no_route",
+        Some(r) if r.level == Level::None => "none_route",
+        Some(_) => "method_not_keyed",
+    };
+    metrics::counter!("idemdb_proxy_keys_ignored_total", "reason" => reason).increment(1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if app.ignored_logged.swap(now, Ordering::Relaxed) != now {
+        tracing::warn!(target: "idemdb::proxy", method = %req.method(), path = req.uri().path(),
+            reason, "a request with an Idempotency-Key matched no keyed route and was passed \
+                     through unkeyed (counted in idemdb_proxy_keys_ignored_total)");
+    }
+}
+
+/// The scope of a keyed request's key, put in its extensions for the layer's principal
+/// function: `None` when the request has no principal (the layer answers 401
+/// `principal-missing`).
+#[derive(Debug, Clone)]
+struct Scope(Option<String>);
+
+/// Why a keyed request is refused before its key is looked at.
+enum Refused {
+    /// A header the scope is read from came more than once (400 `principal-ambiguous`).
+    Ambiguous(HeaderName),
+    /// The token did not verify (401 `principal-unverified`).
+    Unverified(String),
+}
+
+impl Refused {
+    fn answer(self, problems: &IdempotencyLayer) -> Response<HttpBody> {
+        match self {
+            Refused::Ambiguous(h) => {
+                metrics::counter!("idemdb_proxy_refused_total", "code" => "principal-ambiguous")
+                    .increment(1);
+                let detail = format!(
+                    "the header `{h}`, which scopes this route's keys, was sent more than once; \
+                     send it once"
+                );
+                problems.problem(StatusCode::BAD_REQUEST, "principal-ambiguous", &detail)
+            }
+            Refused::Unverified(why) => {
+                metrics::counter!("idemdb_proxy_refused_total", "code" => "principal-unverified")
+                    .increment(1);
+                let detail = format!(
+                    "the token that scopes this route's keys did not verify: {why}; nothing was \
+                     stored or forwarded"
+                );
+                let mut resp =
+                    problems.problem(StatusCode::UNAUTHORIZED, "principal-unverified", &detail);
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                );
+                resp
+            }
         }
     }
 }
 
-/// The `sub` claim of a JWT (not verified: the upstream that receives it does that).
+/// How a keyed route scopes its keys: the principal (a token's subject only once verified) and
+/// the route's scope headers.
+struct Scoper {
+    principal: Principal,
+    verifier: Option<Arc<Verifier>>,
+    headers: Vec<HeaderName>,
+}
+
+impl Scoper {
+    /// The route's scoper; its JWT keys are loaded now (an error names the route's line).
+    fn new(route: &Route) -> Result<Scoper, String> {
+        let verifier = match &route.principal {
+            Principal::JwtSub(_, rule) => Some(
+                Verifier::start(rule).map_err(|e| format!("line {}: jwt-key: {e}", route.line))?,
+            ),
+            _ => None,
+        };
+        Ok(Scoper {
+            principal: route.principal.clone(),
+            verifier,
+            headers: route.scope_headers.clone(),
+        })
+    }
+
+    /// The request's scope, or why it is refused.
+    fn resolve(&self, headers: &HeaderMap) -> Result<Scope, Refused> {
+        let text = |name: &HeaderName| -> Result<Option<&str>, Refused> {
+            let mut all = headers.get_all(name).iter();
+            let first = all.next();
+            if all.next().is_some() {
+                return Err(Refused::Ambiguous(name.clone()));
+            }
+            Ok(first
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty()))
+        };
+        let principal = match &self.principal {
+            Principal::Anonymous => Some("anonymous".to_owned()),
+            Principal::Header(name) => text(name)?.map(str::to_owned),
+            Principal::JwtSub(name, _) => match (text(name)?, &self.verifier) {
+                (Some(v), Some(verifier)) => Some(
+                    verifier
+                        .subject(bearer(v))
+                        .map_err(|u| Refused::Unverified(u.0))?,
+                ),
+                _ => None,
+            },
+            Principal::JwtSubUnverified(name) => text(name)?.and_then(|v| jwt_subject(bearer(v))),
+        };
+        let Some(principal) = principal else {
+            return Ok(Scope(None));
+        };
+        if self.headers.is_empty() {
+            return Ok(Scope(Some(principal)));
+        }
+        // The principal and each scope header's value (or its absence), hashed: a scope header
+        // may carry a secret (a token), which the store never holds in the clear.
+        let mut parts: Vec<Vec<u8>> = vec![b"scope".to_vec(), principal.into_bytes()];
+        for name in &self.headers {
+            parts.push(name.as_str().as_bytes().to_vec());
+            parts.push(match headers.get_all(name).iter().count() {
+                0 => vec![0],
+                1 => [&[1u8][..], headers[name].as_bytes()].concat(),
+                _ => return Err(Refused::Ambiguous(name.clone())),
+            });
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        Ok(Scope(Some(idemdb::derive_key(&refs))))
+    }
+}
+
+/// A token without its `Bearer ` prefix (any case), if it has one.
+fn bearer(value: &str) -> &str {
+    match value.get(..7) {
+        Some(p) if p.eq_ignore_ascii_case("bearer ") => value[7..].trim_start(),
+        _ => value,
+    }
+}
+
+/// The `sub` claim of a JWT, NOT verified (`principal=jwt-sub-unverified`: a gateway in front
+/// verified the token).
 fn jwt_subject(token: &str) -> Option<String> {
     use base64::Engine as _;
     let payload = token.split('.').nth(1)?;
@@ -401,7 +568,7 @@ fn jwt_subject(token: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::jwt_subject;
+    use super::{bearer, jwt_subject};
 
     #[test]
     fn a_jwt_subject_is_read_from_its_payload() {
@@ -410,5 +577,8 @@ mod tests {
         assert_eq!(jwt_subject(token).as_deref(), Some("acct_42"));
         assert_eq!(jwt_subject("not-a-jwt"), None);
         assert_eq!(jwt_subject("a.!!!.c"), None);
+        assert_eq!(bearer("Bearer abc"), "abc");
+        assert_eq!(bearer("bearer  abc"), "abc");
+        assert_eq!(bearer("abc"), "abc");
     }
 }

@@ -1,0 +1,178 @@
+//! Claims whose answer was lost. A claim statement can commit while its answer never reaches
+//! the caller: the connection is reset after the commit, the answer comes later than the
+//! statement's bound, or the primary is killed after the commit reached a synchronous standby.
+//! The caller then reports the claim as unavailable and runs nothing, but the key's row holds a
+//! pending lease that nobody will end: once it ran out, the next claim would take it over and be
+//! told so (`Lease::is_takeover`), which a caller such as the proxy must read as "the earlier
+//! holder may have acted", for an operation that never ran.
+//!
+//! Invariant: every claim that may acquire carries a nonce (`claim_nonce`, migration 7) that no
+//! other claim uses; a claim that failed as unavailable is remembered with its nonce, and its
+//! store releases the lease that claim may have taken (`statements::RELEASE_LOST_CLAIM`: only a
+//! pending lease carrying that nonce, so never another caller's): at once before the same store
+//! claims that key again, and otherwise in the background, retried while the database is away,
+//! for up to [`GIVE_UP_AFTER`]. Released, the key's next claim acquires it as after any release
+//! (a new attempt, not a takeover). Only a lease that ran out before its store could release it,
+//! and was claimed first by another store, is still taken over.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{ns_code, statements, PgStore};
+use crate::error::{Error, Result};
+use crate::format::Namespace;
+
+/// How long a store keeps trying to release a lost claim while the database does not answer.
+pub(crate) const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
+
+/// The most lost claims a store remembers at once (a long outage with many claims in flight);
+/// past it, a lost claim is still released in the background, not before the key's next claim.
+const REMEMBERED: usize = 65_536;
+
+type KeyId = (i16, Vec<u8>, Vec<u8>);
+
+/// A store's claim nonces and the claims it lost.
+pub(crate) struct LostClaims {
+    /// The next nonce: a random start, then one more per claim (`& i64::MAX`: never negative).
+    next: AtomicI64,
+    lost: Mutex<HashMap<KeyId, i64>>,
+    /// Lost claims whose lease this store released.
+    released: AtomicU64,
+}
+
+impl Default for LostClaims {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // 64 bits from the process's random hashing keys and the time: two stores (in one
+        // process or many) start their nonces far apart.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        LostClaims {
+            next: AtomicI64::new((h.finish() & (i64::MAX as u64)) as i64),
+            lost: Mutex::new(HashMap::new()),
+            released: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LostClaims {
+    /// A nonce no other claim of any store uses (with overwhelming probability: 63 random bits
+    /// per store, then a counter).
+    pub(crate) fn nonce(&self) -> i64 {
+        self.next.fetch_add(1, Ordering::Relaxed) & i64::MAX
+    }
+
+    pub(crate) fn released(&self) -> u64 {
+        self.released.load(Ordering::Relaxed)
+    }
+}
+
+impl PgStore {
+    /// Releases what this store's lost claim of the key may hold, before the store claims the
+    /// key again: `Ok` once the database has answered (released or not), or its error.
+    pub(crate) async fn settle_lost_claim(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+    ) -> Result<()> {
+        let (id, nonce) = {
+            let lost = self.lost_claims.lost.lock();
+            // The common case, without building the key's id.
+            if lost.is_empty() {
+                return Ok(());
+            }
+            let id = (ns_code(ns), tenant.to_vec(), key.to_vec());
+            match lost.get(&id) {
+                Some(&nonce) => (id, nonce),
+                None => return Ok(()),
+            }
+        };
+        self.release_lost(&id, nonce).await
+    }
+
+    /// Notes a claim of the key with `nonce` that failed as unavailable (the statement may have
+    /// committed), and releases what it may hold in the background.
+    pub(crate) fn claim_lost(
+        self: &Arc<Self>,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        nonce: i64,
+    ) {
+        let id = (ns_code(ns), tenant.to_vec(), key.to_vec());
+        {
+            let mut lost = self.lost_claims.lost.lock();
+            if lost.len() < REMEMBERED || lost.contains_key(&id) {
+                lost.insert(id.clone(), nonce);
+            }
+        }
+        let store = Arc::downgrade(self);
+        tokio::spawn(release_in_background(store, id, nonce));
+    }
+
+    /// One try: releases the pending lease carrying `nonce`, if any; forgets the lost claim once
+    /// the database answered.
+    async fn release_lost(&self, id: &KeyId, nonce: i64) -> Result<()> {
+        let (ns, tenant, key) = (&id.0, &id.1[..], &id.2[..]);
+        let row = self
+            .query(statements::RELEASE_LOST_CLAIM, &[ns, &tenant, &key, &nonce])
+            .await?;
+        if row.is_some() {
+            self.lost_claims.released.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "idemdb::postgres",
+                "released the lease of a claim whose answer was lost");
+        }
+        let mut lost = self.lost_claims.lost.lock();
+        if lost.get(id) == Some(&nonce) {
+            lost.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Whether the lost claim with `nonce` is still to be released.
+    fn still_lost(&self, id: &KeyId, nonce: i64) -> bool {
+        self.lost_claims.lost.lock().get(id) == Some(&nonce)
+    }
+}
+
+/// Tries to release a lost claim until the database answers: after 100 ms, then every doubling
+/// pause up to 2 s, for at most [`GIVE_UP_AFTER`]; stops early when the store is dropped or the
+/// key's next claim on this store settled it first. The nonce is forgotten either way.
+async fn release_in_background(store: Weak<PgStore>, id: KeyId, nonce: i64) {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        tokio::time::sleep(pause).await;
+        let Some(pg) = store.upgrade() else {
+            return;
+        };
+        if !pg.still_lost(&id, nonce) {
+            return;
+        }
+        match pg.release_lost(&id, nonce).await {
+            Ok(()) => return,
+            Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. })
+                if started.elapsed() < GIVE_UP_AFTER => {}
+            Err(e) => {
+                let mut lost = pg.lost_claims.lost.lock();
+                if lost.get(&id) == Some(&nonce) {
+                    lost.remove(&id);
+                }
+                tracing::warn!(target: "idemdb::postgres",
+                    "gave up releasing a claim whose answer was lost ({e}): its key stays in \
+                     progress until its lease ends, then the next claim takes it over");
+                return;
+            }
+        }
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
