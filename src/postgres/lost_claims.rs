@@ -10,13 +10,16 @@
 //! other claim uses; a claim that failed as unavailable is remembered with its nonce, and its
 //! store releases the lease that claim may have taken (`statements::RELEASE_LOST_CLAIM`: only a
 //! pending lease carrying that nonce, so never another caller's): at once before the same store
-//! claims that key again, and otherwise in the background, retried while the database is away,
-//! for up to [`GIVE_UP_AFTER`]. Released, the key's next claim acquires it as after any release
-//! (a new attempt, not a takeover). Only a lease that ran out before its store could release it,
-//! and was claimed first by another store, is still taken over.
+//! claims that key again, and otherwise by one background task per store, which goes through the
+//! remembered claims one statement at a time and, while the database does not answer, waits
+//! (100 ms, doubling up to 2 s) before trying again, so an outage costs one attempt per pause, not
+//! one per lost claim; a claim is given up after [`GIVE_UP_AFTER`]. Released, the key's next claim
+//! acquires it as after any release (a new attempt, not a takeover). Only a lease that ran out
+//! before its store could release it, and was claimed first by another store, is still taken
+//! over.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -30,7 +33,7 @@ use crate::format::Namespace;
 pub(crate) const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
 
 /// The most lost claims a store remembers at once (a long outage with many claims in flight);
-/// past it, a lost claim is still released in the background, not before the key's next claim.
+/// past it, a lost claim is not released, and its key is taken over after its lease as before.
 const REMEMBERED: usize = 65_536;
 
 type KeyId = (i16, Vec<u8>, Vec<u8>);
@@ -39,7 +42,10 @@ type KeyId = (i16, Vec<u8>, Vec<u8>);
 pub(crate) struct LostClaims {
     /// The next nonce: a random start, then one more per claim (`& i64::MAX`: never negative).
     next: AtomicI64,
-    lost: Mutex<HashMap<KeyId, i64>>,
+    /// Each remembered claim's nonce, and when it was lost.
+    lost: Mutex<HashMap<KeyId, (i64, Instant)>>,
+    /// Whether the background task that releases them runs.
+    worker: AtomicBool,
     /// Lost claims whose lease this store released.
     released: AtomicU64,
 }
@@ -58,6 +64,7 @@ impl Default for LostClaims {
         LostClaims {
             next: AtomicI64::new((h.finish() & (i64::MAX as u64)) as i64),
             lost: Mutex::new(HashMap::new()),
+            worker: AtomicBool::new(false),
             released: AtomicU64::new(0),
         }
     }
@@ -92,7 +99,7 @@ impl PgStore {
             }
             let id = (ns_code(ns), tenant.to_vec(), key.to_vec());
             match lost.get(&id) {
-                Some(&nonce) => (id, nonce),
+                Some(&(nonce, _)) => (id, nonce),
                 None => return Ok(()),
             }
         };
@@ -100,7 +107,7 @@ impl PgStore {
     }
 
     /// Notes a claim of the key with `nonce` that failed as unavailable (the statement may have
-    /// committed), and releases what it may hold in the background.
+    /// committed), for release in the background.
     pub(crate) fn claim_lost(
         self: &Arc<Self>,
         ns: Namespace,
@@ -111,12 +118,14 @@ impl PgStore {
         let id = (ns_code(ns), tenant.to_vec(), key.to_vec());
         {
             let mut lost = self.lost_claims.lost.lock();
-            if lost.len() < REMEMBERED || lost.contains_key(&id) {
-                lost.insert(id.clone(), nonce);
+            if lost.len() >= REMEMBERED && !lost.contains_key(&id) {
+                return;
             }
+            lost.insert(id, (nonce, Instant::now()));
         }
-        let store = Arc::downgrade(self);
-        tokio::spawn(release_in_background(store, id, nonce));
+        if !self.lost_claims.worker.swap(true, Ordering::AcqRel) {
+            tokio::spawn(release_in_background(Arc::downgrade(self)));
+        }
     }
 
     /// One try: releases the pending lease carrying `nonce`, if any; forgets the lost claim once
@@ -131,48 +140,78 @@ impl PgStore {
             tracing::info!(target: "idemdb::postgres",
                 "released the lease of a claim whose answer was lost");
         }
-        let mut lost = self.lost_claims.lost.lock();
-        if lost.get(id) == Some(&nonce) {
-            lost.remove(id);
-        }
+        self.forget_lost(id, nonce);
         Ok(())
     }
 
-    /// Whether the lost claim with `nonce` is still to be released.
-    fn still_lost(&self, id: &KeyId, nonce: i64) -> bool {
-        self.lost_claims.lost.lock().get(id) == Some(&nonce)
+    fn forget_lost(&self, id: &KeyId, nonce: i64) {
+        let mut lost = self.lost_claims.lost.lock();
+        if lost.get(id).is_some_and(|&(n, _)| n == nonce) {
+            lost.remove(id);
+        }
+    }
+
+    /// The remembered claims, oldest first; those lost longer than [`GIVE_UP_AFTER`] ago are
+    /// forgotten (with a warning).
+    fn lost_now(&self) -> Vec<(KeyId, i64)> {
+        let mut lost = self.lost_claims.lost.lock();
+        let before = lost.len();
+        lost.retain(|_, (_, at)| at.elapsed() < GIVE_UP_AFTER);
+        if lost.len() < before {
+            tracing::warn!(target: "idemdb::postgres",
+                "gave up releasing {} claims whose answer was lost: the database did not answer \
+                 for {GIVE_UP_AFTER:?}; their keys are taken over after their leases",
+                before - lost.len());
+        }
+        let mut all: Vec<(KeyId, i64, Instant)> = lost
+            .iter()
+            .map(|(id, &(nonce, at))| (id.clone(), nonce, at))
+            .collect();
+        all.sort_by_key(|c| c.2);
+        all.into_iter().map(|(id, nonce, _)| (id, nonce)).collect()
     }
 }
 
-/// Tries to release a lost claim until the database answers: after 100 ms, then every doubling
-/// pause up to 2 s, for at most [`GIVE_UP_AFTER`]; stops early when the store is dropped or the
-/// key's next claim on this store settled it first. The nonce is forgotten either way.
-async fn release_in_background(store: Weak<PgStore>, id: KeyId, nonce: i64) {
-    let started = Instant::now();
+/// The store's background release of its lost claims: after a pause (100 ms, doubling up to 2 s
+/// while the database does not answer), one statement at a time over the remembered claims; it
+/// ends when none is left (or the store is dropped).
+async fn release_in_background(store: Weak<PgStore>) {
     let mut pause = Duration::from_millis(100);
     loop {
         tokio::time::sleep(pause).await;
         let Some(pg) = store.upgrade() else {
             return;
         };
-        if !pg.still_lost(&id, nonce) {
-            return;
-        }
-        match pg.release_lost(&id, nonce).await {
-            Ok(()) => return,
-            Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. })
-                if started.elapsed() < GIVE_UP_AFTER => {}
-            Err(e) => {
-                let mut lost = pg.lost_claims.lost.lock();
-                if lost.get(&id) == Some(&nonce) {
-                    lost.remove(&id);
+        let mut away = false;
+        for (id, nonce) in pg.lost_now() {
+            match pg.release_lost(&id, nonce).await {
+                Ok(()) => {}
+                Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. }) => {
+                    away = true;
+                    break;
                 }
-                tracing::warn!(target: "idemdb::postgres",
-                    "gave up releasing a claim whose answer was lost ({e}): its key stays in \
-                     progress until its lease ends, then the next claim takes it over");
+                Err(e) => {
+                    pg.forget_lost(&id, nonce);
+                    tracing::warn!(target: "idemdb::postgres",
+                        "a claim whose answer was lost could not be released ({e}): its key \
+                         is taken over after its lease");
+                }
+            }
+        }
+        pause = if away {
+            (pause * 2).min(Duration::from_secs(2))
+        } else {
+            Duration::from_millis(100)
+        };
+        // Ends only when nothing is left, checked again after saying so: a claim lost meanwhile
+        // either sees the flag down and starts a new task, or is seen here.
+        if pg.lost_claims.lost.lock().is_empty() {
+            pg.lost_claims.worker.store(false, Ordering::Release);
+            if pg.lost_claims.lost.lock().is_empty()
+                || pg.lost_claims.worker.swap(true, Ordering::AcqRel)
+            {
                 return;
             }
         }
-        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }

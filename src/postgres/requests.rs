@@ -398,34 +398,24 @@ impl PgStore {
         let mut fast = self.mode == StatementMode::Prepared || buffered;
         let run = |fast: bool| async move {
             let now = self.now_param();
+            let p: [&dyn Param; 10] = [
+                &ns_c,
+                &tenant,
+                &key,
+                &fingerprint,
+                &lease_ms,
+                &retention_ms,
+                &now,
+                &token,
+                &buffered,
+                &nonce,
+            ];
             match fast {
-                true => {
-                    let params: [&dyn Param; 10] = [
-                        &ns_c,
-                        &tenant,
-                        &key,
-                        &fingerprint,
-                        &lease_ms,
-                        &retention_ms,
-                        &now,
-                        &token,
-                        &buffered,
-                        &nonce,
-                    ];
-                    self.query(statements::CLAIM_FAST, &params).await
-                }
+                true => self.query(statements::CLAIM_FAST, &p).await,
+                // The function takes the first seven and the nonce.
                 false => {
-                    let params: [&dyn Param; 8] = [
-                        &ns_c,
-                        &tenant,
-                        &key,
-                        &fingerprint,
-                        &lease_ms,
-                        &retention_ms,
-                        &now,
-                        &nonce,
-                    ];
-                    self.query(statements::CLAIM, &params).await
+                    let p = [p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[9]];
+                    self.query(statements::CLAIM, &p).await
                 }
             }
         };

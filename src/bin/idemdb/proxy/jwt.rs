@@ -500,6 +500,113 @@ mod tests {
         );
     }
 
+    /// Runs openssl (scripts/setup installs it) with `args` in `dir`.
+    fn openssl(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("this test needs the openssl command: {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn public_keys_from_pem_and_jwks_verify_their_own_tokens_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for (name, curve) in [("a", "prime256v1"), ("b", "prime256v1")] {
+            openssl(
+                d,
+                &[
+                    "ecparam",
+                    "-genkey",
+                    "-name",
+                    curve,
+                    "-noout",
+                    "-out",
+                    &format!("{name}.sec1"),
+                ],
+            );
+            openssl(
+                d,
+                &[
+                    "pkcs8",
+                    "-topk8",
+                    "-nocrypt",
+                    "-in",
+                    &format!("{name}.sec1"),
+                    "-out",
+                    &format!("{name}.key"),
+                ],
+            );
+            openssl(
+                d,
+                &[
+                    "ec",
+                    "-in",
+                    &format!("{name}.sec1"),
+                    "-pubout",
+                    "-out",
+                    &format!("{name}.pub"),
+                ],
+            );
+        }
+        let signer = |name: &str| {
+            EncodingKey::from_ec_pem(&std::fs::read(d.join(format!("{name}.key"))).unwrap())
+                .unwrap()
+        };
+        let es256 = |name: &str, kid: Option<&str>| {
+            let mut h = Header::new(Algorithm::ES256);
+            h.kid = kid.map(str::to_owned);
+            let claims = serde_json::json!({"sub": name, "exp": now() + 60});
+            encode(&h, &claims, &signer(name)).unwrap()
+        };
+        // PEM: key a only.
+        let v = Verifier::start(&JwtRule::new(KeyFile::Pem(d.join("a.pub")))).unwrap();
+        assert_eq!(v.subject(&es256("a", None)), Ok("a".to_owned()));
+        assert!(v.subject(&es256("b", None)).is_err(), "another key's token");
+        let hs = token(serde_json::json!({"sub": "a", "exp": now() + 60}), SECRET);
+        assert!(
+            v.subject(&hs).is_err(),
+            "an HMAC token against a public key"
+        );
+        // Both public keys in one PEM file.
+        let both = [
+            std::fs::read(d.join("a.pub")).unwrap(),
+            std::fs::read(d.join("b.pub")).unwrap(),
+        ]
+        .concat();
+        std::fs::write(d.join("both.pub"), both).unwrap();
+        let v = Verifier::start(&JwtRule::new(KeyFile::Pem(d.join("both.pub")))).unwrap();
+        assert_eq!(v.subject(&es256("b", None)), Ok("b".to_owned()));
+        // JWKS: keys picked by kid.
+        let jwk = |name: &str| {
+            let mut k =
+                jsonwebtoken::jwk::Jwk::from_encoding_key(&signer(name), Algorithm::ES256).unwrap();
+            k.common.key_id = Some(format!("kid-{name}"));
+            k
+        };
+        let set = jsonwebtoken::jwk::JwkSet {
+            keys: vec![jwk("a"), jwk("b")],
+        };
+        std::fs::write(d.join("jwks.json"), serde_json::to_vec(&set).unwrap()).unwrap();
+        let v = Verifier::start(&JwtRule::new(KeyFile::Jwks(d.join("jwks.json")))).unwrap();
+        assert_eq!(v.subject(&es256("a", Some("kid-a"))), Ok("a".to_owned()));
+        assert_eq!(v.subject(&es256("b", Some("kid-b"))), Ok("b".to_owned()));
+        assert!(
+            v.subject(&es256("a", Some("kid-b"))).is_err(),
+            "a's token naming b's key"
+        );
+        assert!(
+            v.subject(&es256("a", Some("kid-x"))).is_err(),
+            "an unknown kid"
+        );
+    }
+
     #[test]
     fn key_files_that_cannot_be_used_are_refused_at_start() {
         let dir = tempfile::tempdir().unwrap();
