@@ -137,8 +137,9 @@ impl PgStore {
             .await?;
         if row.is_some() {
             self.lost_claims.released.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(target: "idemdb::postgres",
-                "released the lease of a claim whose answer was lost");
+            #[cfg(feature = "tracing")]
+            tracing::info!(target: "idemdb", "PostgreSQL: released the lease of a claim whose \
+                answer was lost (its key's next claim is a new attempt, not a takeover)");
         }
         self.forget_lost(id, nonce);
         Ok(())
@@ -155,13 +156,14 @@ impl PgStore {
     /// forgotten (with a warning).
     fn lost_now(&self) -> Vec<(KeyId, i64)> {
         let mut lost = self.lost_claims.lost.lock();
-        let before = lost.len();
+        let _before = lost.len();
         lost.retain(|_, (_, at)| at.elapsed() < GIVE_UP_AFTER);
-        if lost.len() < before {
-            tracing::warn!(target: "idemdb::postgres",
-                "gave up releasing {} claims whose answer was lost: the database did not answer \
+        #[cfg(feature = "tracing")]
+        if lost.len() < _before {
+            tracing::warn!(target: "idemdb",
+                "PostgreSQL: gave up releasing {} claims whose answer was lost: the database did not answer \
                  for {GIVE_UP_AFTER:?}; their keys are taken over after their leases",
-                before - lost.len());
+                _before - lost.len());
         }
         let mut all: Vec<(KeyId, i64, Instant)> = lost
             .iter()
@@ -190,11 +192,12 @@ async fn release_in_background(store: Weak<PgStore>) {
                     away = true;
                     break;
                 }
-                Err(e) => {
+                Err(_e) => {
                     pg.forget_lost(&id, nonce);
-                    tracing::warn!(target: "idemdb::postgres",
-                        "a claim whose answer was lost could not be released ({e}): its key \
-                         is taken over after its lease");
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(target: "idemdb",
+                        "PostgreSQL: a claim whose answer was lost could not be released ({_e}): \
+                         its key is taken over after its lease");
                 }
             }
         }
