@@ -122,11 +122,13 @@ impl Plan {
     }
 
     pub(crate) fn lease(&mut self, cfg: &Config, lease: &Lease, end: LeaseEnd) {
-        let size = match &end {
-            LeaseEnd::Complete(r) | LeaseEnd::Fail(FailKind::Terminal(r)) => r.size(),
-            LeaseEnd::Fail(FailKind::Retryable) => 0,
+        let checked = match &end {
+            LeaseEnd::Complete(r) | LeaseEnd::Fail(FailKind::Terminal(r)) => {
+                crate::requests::check_response(cfg, "response", r)
+            }
+            LeaseEnd::Fail(FailKind::Retryable) => Ok(()),
         };
-        self.push(cfg.check_size("response", size), || PlanOp::Lease {
+        self.push(checked, || PlanOp::Lease {
             lease: lease.clone(),
             end,
         });

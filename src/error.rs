@@ -194,6 +194,12 @@ pub enum InvalidInput {
         /// What to do about it.
         hint: &'static str,
     },
+    /// A text value (a response's metadata, a checkpoint's phase) held a NUL byte, which
+    /// PostgreSQL's text cannot store; refused on both backends alike. Nothing was written.
+    NulByte {
+        /// Which value.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -296,6 +302,11 @@ impl fmt::Display for InvalidInput {
             InvalidInput::LimitReached { what, limit, hint } => {
                 write!(f, "the {what} would pass its limit of {limit}; {hint}")
             }
+            InvalidInput::NulByte { what } => write!(
+                f,
+                "the {what} contains a NUL byte (\\0), which a store on PostgreSQL cannot keep \
+                 as text: leave it out or encode it (hex, base64)"
+            ),
         }
     }
 }

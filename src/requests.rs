@@ -84,10 +84,26 @@ pub(crate) fn check_names_and_fingerprint(
 
 /// Checks a response (`what`: "response" or "failure") against the size limit.
 pub(crate) fn check_response(cfg: &Config, what: &'static str, r: &Response) -> Result<()> {
-    cfg.check_size(what, r.size())
+    cfg.check_size(what, r.size())?;
+    // PostgreSQL keeps metadata as text, which cannot hold a NUL byte: refused on both backends
+    // alike, before anything is written or sent.
+    if r.meta.iter().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
+        return Err(InvalidInput::NulByte {
+            what: "response metadata",
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Checks a checkpoint against the size limit.
 pub(crate) fn check_checkpoint(cfg: &Config, cp: &Checkpoint) -> Result<()> {
-    cfg.check_size("checkpoint", cp.phase.len() + cp.state.len())
+    cfg.check_size("checkpoint", cp.phase.len() + cp.state.len())?;
+    if cp.phase.contains('\0') {
+        return Err(InvalidInput::NulByte {
+            what: "checkpoint phase",
+        }
+        .into());
+    }
+    Ok(())
 }

@@ -176,6 +176,8 @@ impl TlsMode {
 pub enum TlsRoots {
     /// The PEM certificates in this file (a CA bundle, as managed services publish them).
     File(PathBuf),
-    /// The operating system's trusted roots (`sslrootcert=system`).
+    /// The operating system's trusted roots (`sslrootcert=system`). As in libpq, they make
+    /// [`TlsMode::VerifyFull`] the mode when none is set, and a weaker mode with them is refused
+    /// at open ([`crate::InvalidInput::Config`]).
     System,
 }

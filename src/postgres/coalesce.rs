@@ -225,6 +225,22 @@ async fn drive<K: Kind>(store: Arc<PgStore>) {
                     let _ = answer.send(Err(e.clone()));
                 }
             }
+            // A statement refused for its data (one call's bytes the server cannot take, say):
+            // each call is asked again by a statement of its own, so that one caller's input
+            // never fails another's call. A database away fails them all, as it would alone.
+            Err(e) if answers.len() > 1 && !e.is_transient() => {
+                for (call, answer) in calls.iter().zip(answers) {
+                    let alone = K::run(&store, std::slice::from_ref(call)).await;
+                    let _ = answer.send(match alone {
+                        Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
+                        Ok(rows) => Err(Error::Engine(format!(
+                            "PostgreSQL: a statement of one call answered {} rows",
+                            rows.len()
+                        ))),
+                        Err(e) => Err(e),
+                    });
+                }
+            }
             Err(e) => {
                 for answer in answers {
                     let _ = answer.send(Err(e.clone()));

@@ -269,14 +269,24 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
                 ),
             }
         }
-        Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => Error::Unavailable {
-            message: format!(
+        // A server in recovery (a standby: a stale writer endpoint after a failover, or a URL
+        // without target_session_attrs) refuses a write with 25006, and a function that only a
+        // primary answers (`pg_current_wal_lsn()`, in every fencing token) with 55000 "recovery
+        // is in progress": both are the same standby, unavailable for writes.
+        Some(c)
+            if *c == SqlState::READ_ONLY_SQL_TRANSACTION
+                || (*c == SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+                    && e_text.contains("recovery is in progress")) =>
+        {
+            Error::Unavailable {
+                message: format!(
                 "PostgreSQL is read-only here (a standby, or a primary being demoted in a \
                  failover): {e_text}; the connection was closed, the next call connects afresh \
                  (use a multi-host URL with target_session_attrs=read-write; if this persists, \
                  the URL names a standby)"
-            ),
-        },
+                ),
+            }
+        }
         Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_OBJECT => {
             Error::SchemaMismatch {
                 found: "no idemdb tables (the schema was never applied)".into(),

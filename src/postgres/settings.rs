@@ -19,17 +19,35 @@ impl Settings {
     /// setters applied.
     pub(crate) fn resolve(&self) -> Result<Resolved> {
         let own = split_url(&self.url)?;
+        let roots = self.tls_roots.clone().or(own.tls_roots);
+        let mode = tls_mode(self.tls_mode.or(own.tls_mode), roots.as_ref())?;
         Ok(Resolved {
             rest: own.rest,
-            tls: Tls {
-                mode: self.tls_mode.or(own.tls_mode).unwrap_or(TlsMode::Prefer),
-                roots: self.tls_roots.clone().or(own.tls_roots),
-            },
+            tls: Tls { mode, roots },
             statement_mode: self
                 .statement_mode
                 .or(own.statement_mode)
                 .unwrap_or_default(),
         })
+    }
+}
+
+/// The mode asked for (the setter's, else the URL's), as libpq resolves it with these roots:
+/// with `sslrootcert=system` the mode is `verify-full` when none is asked for, and a weaker one is
+/// an error (libpq 16: "any weaker setting will result in an error"), since the system's roots
+/// trust every public CA's certificate for any host name; otherwise `prefer` when none is asked.
+fn tls_mode(asked: Option<TlsMode>, roots: Option<&TlsRoots>) -> Result<TlsMode> {
+    match (roots, asked) {
+        (Some(TlsRoots::System), None | Some(TlsMode::VerifyFull)) => Ok(TlsMode::VerifyFull),
+        (Some(TlsRoots::System), Some(weaker)) => Err(InvalidInput::Config(format!(
+            "sslrootcert=system with sslmode={}: the system's roots trust any publicly trusted \
+             certificate, so only sslmode=verify-full (the default with sslrootcert=system, as in \
+             libpq) checks that it names this server; remove sslmode or set it to verify-full, \
+             or give the server's CA file as sslrootcert",
+            weaker.as_str()
+        ))
+        .into()),
+        (_, asked) => Ok(asked.unwrap_or(TlsMode::Prefer)),
     }
 }
 
@@ -177,6 +195,38 @@ fn split_key_value(s: &str) -> Result<Own> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 43 item 1): a URL with only `sslrootcert=system` ran as `prefer` (no
+    /// certificate check, a plaintext fallback), and weaker modes with it accepted any publicly
+    /// trusted certificate for any host.
+    #[test]
+    fn sslrootcert_system_means_verify_full_as_in_libpq() {
+        let resolve = |url: &str| Settings::new(url.to_owned()).resolve();
+        let only = resolve("postgres://h/db?sslrootcert=system").unwrap();
+        assert_eq!(only.tls.mode, TlsMode::VerifyFull);
+        assert_eq!(only.tls.roots, Some(TlsRoots::System));
+        let full = resolve("postgres://h/db?sslrootcert=system&sslmode=verify-full").unwrap();
+        assert_eq!(full.tls.mode, TlsMode::VerifyFull);
+        for weaker in ["disable", "allow", "prefer", "require", "verify-ca"] {
+            let e = resolve(&format!("postgres://h/db?sslrootcert=system&sslmode={weaker}"))
+                .unwrap_err();
+            assert!(
+                matches!(&e, crate::Error::InvalidInput(InvalidInput::Config(m)) if m.contains("verify-full")),
+                "{weaker}: {e}"
+            );
+        }
+        let kv = Settings::new("host=h sslrootcert=system".into()).resolve().unwrap();
+        assert_eq!(kv.tls.mode, TlsMode::VerifyFull);
+        // A setter's system roots resolve the same way.
+        let mut s = Settings::new("postgres://h/db".into());
+        s.tls_roots = Some(TlsRoots::System);
+        assert_eq!(s.resolve().unwrap().tls.mode, TlsMode::VerifyFull);
+        s.tls_mode = Some(TlsMode::Require);
+        assert!(s.resolve().is_err());
+        // A file's roots leave the mode as asked (libpq: `require` then verifies the chain).
+        let file = resolve("postgres://h/db?sslrootcert=%2Fca.pem").unwrap();
+        assert_eq!(file.tls.mode, TlsMode::Prefer);
+    }
 
     #[test]
     fn uri_options_are_taken_and_the_rest_kept_in_order() {

@@ -15,7 +15,13 @@
 //!
 //! One listening connection per store, outside the pool (the URL of `Config::listen_url`, by
 //! default the store's), opened at the first wait and kept while the store lives; it reconnects
-//! by itself after a loss, a second apart.
+//! by itself after a loss, a second apart. A loss is noticed even when nothing closes the socket
+//! (a NAT or load balancer that dropped an idle flow, a frozen host): the connection is asked an
+//! empty query every [`HEARTBEAT`], and one that does not answer within [`HEARTBEAT_TIMEOUT`] is
+//! dropped as lost (its waiters woken); opening one is bounded by [`OPEN_BOUND`]. The listener
+//! runs as a task of the runtime of the wait that started it: if that runtime ends, the next wait
+//! starts it again. Its state is the gauge `idemdb_postgres_listener_up` (1 listening, 0 not;
+//! feature `metrics`), and a warning (feature `tracing`) whenever it is away.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -40,6 +46,16 @@ const LISTENER_START: Duration = Duration::from_secs(5);
 
 /// Between two attempts to (re)open the listening connection.
 const RECONNECT: Duration = Duration::from_secs(1);
+
+/// How often the listening connection is asked an empty query while it listens.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// How long that query's answer may take before the connection counts as lost.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most that opening the listening connection may take (connecting to each host, the
+/// channel's name, `LISTEN`).
+const OPEN_BOUND: Duration = Duration::from_secs(30);
 
 /// A store's fleet-wide waits.
 pub(crate) struct Waits {
@@ -151,14 +167,47 @@ impl Shared {
             n.notify_waiters();
         }
     }
+
+    /// Says the listener's phase to waiters and in the gauge.
+    fn set_phase(&self, phase: Phase) {
+        self.listening.send_replace(phase);
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("idemdb_postgres_listener_up").set(if phase == Phase::Listening {
+            1.0
+        } else {
+            0.0
+        });
+    }
+}
+
+/// Held by the listener's task: when the task ends for any reason (its runtime shut down, the
+/// store dropped), the next wait starts a new one, and the waiters of this one are woken.
+struct Running(Weak<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.upgrade() {
+            s.state.lock().started = false;
+            s.set_phase(Phase::Away);
+            s.wake_all();
+        }
+    }
 }
 
 /// The listener: opens its connection, listens on the schema's channel, and wakes the waiters
 /// of each notification's key; after a loss, wakes everyone and opens again.
 async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
+    let _running = Running(shared.clone());
     loop {
         let Some(s) = shared.upgrade() else { return };
-        let session = open(&s).await;
+        let session = match tokio::time::timeout(OPEN_BOUND, open(&s)).await {
+            Ok(session) => session,
+            Err(_) => Err(crate::error::Error::Unavailable {
+                message: format!(
+                    "PostgreSQL: the listening connection did not open within {OPEN_BOUND:?}"
+                ),
+            }),
+        };
         drop(s);
         #[cfg(feature = "tracing")]
         if let Err(e) = &session {
@@ -172,10 +221,12 @@ async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
         }
         if let Ok((client, mut notes)) = session {
             if let Some(s) = shared.upgrade() {
-                s.listening.send_replace(Phase::Listening);
+                s.set_phase(Phase::Listening);
                 // Anything sent while no one listened is lost: everyone claims again.
                 s.wake_all();
             }
+            let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     note = notes.recv() => match note {
@@ -185,16 +236,31 @@ async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
                         },
                         None => break,
                     },
+                    _ = beat.tick() => {
+                        // Notifications that arrive meanwhile wait in the channel.
+                        let answer =
+                            tokio::time::timeout(HEARTBEAT_TIMEOUT, client.simple_query("")).await;
+                        if !matches!(answer, Ok(Ok(_))) {
+                            break;
+                        }
+                    }
                     _ = stopped.changed() => return,
                 }
             }
             drop(client);
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                target: "idemdb",
+                "PostgreSQL: the listening connection for waiting claims was lost (closed, or no \
+                 answer to its heartbeat within {HEARTBEAT_TIMEOUT:?}); its waiters claim again, \
+                 and it reopens a second later"
+            );
             if let Some(s) = shared.upgrade() {
-                s.listening.send_replace(Phase::Away);
+                s.set_phase(Phase::Away);
                 s.wake_all();
             }
         } else if let Some(s) = shared.upgrade() {
-            s.listening.send_replace(Phase::Away);
+            s.set_phase(Phase::Away);
             s.wake_all();
         }
         tokio::select! {

@@ -124,3 +124,46 @@ impl Drop for Relay {
         let _ = TcpStream::connect(("127.0.0.1", self.port)); // wakes the accepting thread
     }
 }
+
+/// A relay to `target` that answers `N` ("no TLS") to every SSL or GSS encryption request a
+/// client sends first, as a server without TLS (or anything in the path) would, and then passes
+/// the plain connection through; its port.
+pub fn refusing_tls(target: SocketAddr) -> u16 {
+    const SSL_REQUEST: u32 = 80_877_103;
+    const GSS_REQUEST: u32 = 80_877_104;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+    let port = listener.local_addr().expect("relay address").port();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming() {
+            let Ok(mut inbound) = inbound else { continue };
+            std::thread::spawn(move || {
+                // Answer each encryption request with `N`; the first other message goes on.
+                let first = loop {
+                    let mut head = [0u8; 8];
+                    if inbound.read_exact(&mut head).is_err() {
+                        return;
+                    }
+                    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+                    let code = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+                    if len == 8 && (code == SSL_REQUEST || code == GSS_REQUEST) {
+                        if inbound.write_all(b"N").is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    break head;
+                };
+                let Ok(mut outbound) = TcpStream::connect(target) else {
+                    return;
+                };
+                if outbound.write_all(&first).is_err() {
+                    return;
+                }
+                let (a, b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+                std::thread::spawn(move || relay_copy(a, b, None));
+                relay_copy(outbound, inbound, None);
+            });
+        }
+    });
+    port
+}

@@ -42,6 +42,7 @@ mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
 mod renewed_lease_keeps_its_reservation_through_a_sweep;
+mod one_callers_bytes_never_fail_another;
 mod replays_are_served_from_the_local_tier;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod schema_migrates_up_and_down;

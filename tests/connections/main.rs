@@ -7,6 +7,8 @@
 
 mod lab;
 
+mod a_server_without_tls_is_refused_unless_the_mode_allows_plain;
+mod a_silent_listening_connection_is_noticed;
 mod configuration_errors_are_never_transient;
 mod many_stores_in_many_schemas_open_together;
 mod pgbouncer_transaction_mode_runs_unnamed_statements;

@@ -17,6 +17,7 @@ mod lab;
 
 mod a_claim_lost_in_a_failover_is_released_not_taken_over;
 mod a_server_crash_loses_buffered_claims_never_a_token;
+mod a_standby_url_is_unavailable_not_broken;
 mod asynchronous_failover_never_accepts_a_lease_from_before;
 mod completions_wait_for_the_standby_when_asked;
 mod pool_heals_after_the_primary_freezes;
