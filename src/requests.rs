@@ -87,7 +87,10 @@ pub(crate) fn check_response(cfg: &Config, what: &'static str, r: &Response) -> 
     cfg.check_size(what, r.size())?;
     // PostgreSQL keeps metadata as text, which cannot hold a NUL byte: refused on both backends
     // alike, before anything is written or sent.
-    if r.meta.iter().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
+    if r.meta
+        .iter()
+        .any(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
         return Err(InvalidInput::NulByte {
             what: "response metadata",
         }

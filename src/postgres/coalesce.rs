@@ -229,8 +229,8 @@ async fn drive<K: Kind>(store: Arc<PgStore>) {
             // each call is asked again by a statement of its own, so that one caller's input
             // never fails another's call. A database away fails them all, as it would alone.
             Err(e) if answers.len() > 1 && !e.is_transient() => {
-                for (call, answer) in calls.iter().zip(answers) {
-                    let alone = K::run(&store, std::slice::from_ref(call)).await;
+                for (i, answer) in answers.into_iter().enumerate() {
+                    let alone = K::run(&store, std::slice::from_ref(&calls[i])).await;
                     let _ = answer.send(match alone {
                         Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
                         Ok(rows) => Err(Error::Engine(format!(

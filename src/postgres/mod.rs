@@ -280,7 +280,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
         {
             Error::Unavailable {
                 message: format!(
-                "PostgreSQL is read-only here (a standby, or a primary being demoted in a \
+                    "PostgreSQL is read-only here (a standby, or a primary being demoted in a \
                  failover): {e_text}; the connection was closed, the next call connects afresh \
                  (use a multi-host URL with target_session_attrs=read-write; if this persists, \
                  the URL names a standby)"

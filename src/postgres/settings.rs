@@ -208,14 +208,18 @@ mod tests {
         let full = resolve("postgres://h/db?sslrootcert=system&sslmode=verify-full").unwrap();
         assert_eq!(full.tls.mode, TlsMode::VerifyFull);
         for weaker in ["disable", "allow", "prefer", "require", "verify-ca"] {
-            let e = resolve(&format!("postgres://h/db?sslrootcert=system&sslmode={weaker}"))
-                .unwrap_err();
+            let e = resolve(&format!(
+                "postgres://h/db?sslrootcert=system&sslmode={weaker}"
+            ))
+            .unwrap_err();
             assert!(
                 matches!(&e, crate::Error::InvalidInput(InvalidInput::Config(m)) if m.contains("verify-full")),
                 "{weaker}: {e}"
             );
         }
-        let kv = Settings::new("host=h sslrootcert=system".into()).resolve().unwrap();
+        let kv = Settings::new("host=h sslrootcert=system".into())
+            .resolve()
+            .unwrap();
         assert_eq!(kv.tls.mode, TlsMode::VerifyFull);
         // A setter's system roots resolve the same way.
         let mut s = Settings::new("postgres://h/db".into());

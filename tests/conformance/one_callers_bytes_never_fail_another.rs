@@ -25,15 +25,15 @@ async fn check(h: &Harness) {
     else {
         panic!("a new key is acquired")
     };
-    assert!(nul(
-        s.complete(&lease, Response::new(b"ok".to_vec()).with_meta("k", "a\0b"))
-            .await
-    ));
-    assert!(nul(
-        s.complete(&lease, Response::new(b"ok".to_vec()).with_meta("a\0b", "v"))
-            .await
-    ));
-    assert!(nul(s.checkpoint(&lease, "ph\0ase", b"state".to_vec()).await));
+    assert!(nul(s
+        .complete(&lease, Response::new(b"ok".to_vec()).with_meta("k", "a\0b"))
+        .await));
+    assert!(nul(s
+        .complete(&lease, Response::new(b"ok".to_vec()).with_meta("a\0b", "v"))
+        .await));
+    assert!(nul(s
+        .checkpoint(&lease, "ph\0ase", b"state".to_vec())
+        .await));
     let info = s.get("t", "nul").await.unwrap().expect("the record");
     assert!(
         matches!(info.state, RecordState::Pending { .. }) && info.checkpoint.is_none(),

@@ -31,8 +31,16 @@ async fn a_server_without_tls_is_refused_unless_the_mode_allows_plain() {
     let via = |query: &str| format!("postgres://{user}@127.0.0.1:{relay}/{db}?{query}");
     // Opened without migrating: the schema's state is none of this test's business, an answer
     // of the server (a store, or SchemaMismatch) is.
-    let open = |query: &str| Config::postgres(via(query)).migrate_on_open(false).open_async();
-    for query in ["sslmode=disable", "sslmode=prefer", "application_name=default-prefer"] {
+    let open = |query: &str| {
+        Config::postgres(via(query))
+            .migrate_on_open(false)
+            .open_async()
+    };
+    for query in [
+        "sslmode=disable",
+        "sslmode=prefer",
+        "application_name=default-prefer",
+    ] {
         match open(query).await {
             Ok(_) | Err(Error::SchemaMismatch { .. }) => {}
             Err(e) => panic!("{query}: a plain connection is allowed, got {e:?}"),

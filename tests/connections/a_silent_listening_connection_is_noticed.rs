@@ -41,7 +41,10 @@ async fn a_silent_listening_connection_is_noticed() {
     let user = config.get_user().unwrap_or("postgres");
     let search_path = format!("options=-c%20search_path%3D{SCHEMA}");
     let in_schema = format!("{direct}?{search_path}");
-    let via_relay = format!("postgres://{user}@127.0.0.1:{}/{db}?{search_path}", relay.port);
+    let via_relay = format!(
+        "postgres://{user}@127.0.0.1:{}/{db}?{search_path}",
+        relay.port
+    );
 
     let holder = Config::postgres(in_schema.clone())
         .sweep_interval(None)

@@ -19,10 +19,11 @@ async fn a_standby_url_is_unavailable_not_broken() {
         .unwrap();
     // Migrated on the primary, replayed on the standby.
     let primary = lab::open(lab.primary_url(), 2, Duration::from_secs(5)).await;
-    until_answered("a claim on the primary", || {
+    let first = until_answered("a claim on the primary", || {
         primary.claim("shop", "first", "fp", ClaimOptions::default())
     })
     .await;
+    assert!(matches!(first, idemdb::Claim::Acquired(_)), "{first:?}");
     lab.blocking(|l| {
         l.wait_for_psql(
             Role::Standby,
@@ -38,7 +39,10 @@ async fn a_standby_url_is_unavailable_not_broken() {
     for (what, store) in [("buffered", &buffered), ("flushed", &flushed)] {
         for i in 0..3 {
             let key = format!("{what}-{i}");
-            match store.claim("shop", &key, "fp", ClaimOptions::default()).await {
+            match store
+                .claim("shop", &key, "fp", ClaimOptions::default())
+                .await
+            {
                 Err(e @ Error::Unavailable { .. }) => assert!(e.is_transient(), "{e}"),
                 other => panic!("a {what} claim against a standby answered {other:?}"),
             }
