@@ -230,7 +230,7 @@ async fn drive<K: Kind>(store: Arc<PgStore>) {
             // never fails another's call. A database away fails them all, as it would alone.
             Err(e) if answers.len() > 1 && !e.is_transient() => {
                 for (i, answer) in answers.into_iter().enumerate() {
-                    let alone = K::run(&store, std::slice::from_ref(&calls[i])).await;
+                    let alone = K::run(&store, calls.get(i..=i).unwrap_or_default()).await;
                     let _ = answer.send(match alone {
                         Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
                         Ok(rows) => Err(Error::Engine(format!(

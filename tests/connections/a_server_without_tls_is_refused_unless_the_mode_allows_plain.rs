@@ -7,8 +7,7 @@
 
 use idemdb::{Config, Error};
 
-#[path = "../common/relay.rs"]
-mod relay;
+use crate::relay;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_tls_is_refused_unless_the_mode_allows_plain() {

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use idemdb::{Claim, ClaimOptions, Config, Response};
 
-#[path = "../common/relay.rs"]
-mod relay;
+use crate::relay;
 
 const SCHEMA: &str = "idemdb_t_connections_silent_listener";
 

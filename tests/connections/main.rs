@@ -6,6 +6,9 @@
 //! where a plain server is enough. A test that cannot make or reach its server fails, naming it.
 
 mod lab;
+/// The TCP relay the tests put between a store and the server.
+#[path = "../common/relay.rs"]
+mod relay;
 
 mod a_server_without_tls_is_refused_unless_the_mode_allows_plain;
 mod a_silent_listening_connection_is_noticed;
