@@ -11,19 +11,9 @@ use crate::relay;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_tls_is_refused_unless_the_mode_allows_plain() {
-    use std::net::ToSocketAddrs;
     let url = crate::system_url();
     let config: tokio_postgres::Config = url.parse().expect("the system server's URL");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("the system server must be reached over TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let target = (host.as_str(), port)
-        .to_socket_addrs()
-        .expect("resolve the system server")
-        .next()
-        .expect("an address");
+    let target = crate::system_addr();
     let relay = relay::refusing_tls(target);
     let db = config.get_dbname().unwrap_or("test");
     let user = config.get_user().unwrap_or("postgres");

@@ -17,7 +17,6 @@ const SCHEMA: &str = "idemdb_t_connections_silent_listener";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_listening_connection_is_noticed() {
-    use std::net::ToSocketAddrs;
     let direct = crate::system_url();
     crate::admin(
         &direct,
@@ -25,16 +24,7 @@ async fn a_silent_listening_connection_is_noticed() {
     )
     .await;
     let config: tokio_postgres::Config = direct.parse().expect("the system server's URL");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("the system server must be reached over TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let target = (host.as_str(), port)
-        .to_socket_addrs()
-        .expect("resolve the system server")
-        .next()
-        .expect("an address");
+    let target = crate::system_addr();
     let relay = relay::Relay::start(target);
     let db = config.get_dbname().unwrap_or("test");
     let user = config.get_user().unwrap_or("postgres");
