@@ -19,7 +19,7 @@
 //! over.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,9 @@ pub(crate) struct LostClaims {
     next: AtomicI64,
     /// Each remembered claim's nonce, and when it was lost.
     lost: Mutex<HashMap<KeyId, (i64, Instant)>>,
+    /// How many there are, written under the lock: a claim reads it without taking the lock
+    /// (almost always 0).
+    remembered: AtomicUsize,
     /// Whether the background task that releases them runs.
     worker: AtomicBool,
     /// Lost claims whose lease this store released.
@@ -64,6 +67,7 @@ impl Default for LostClaims {
         LostClaims {
             next: AtomicI64::new((h.finish() & (i64::MAX as u64)) as i64),
             lost: Mutex::new(HashMap::new()),
+            remembered: AtomicUsize::new(0),
             worker: AtomicBool::new(false),
             released: AtomicU64::new(0),
         }
@@ -91,12 +95,13 @@ impl PgStore {
         tenant: &[u8],
         key: &[u8],
     ) -> Result<()> {
+        // The common case, without the lock or building the key's id. A claim lost by this store
+        // is remembered before its caller is answered, so a later claim of its key sees it.
+        if self.lost_claims.remembered.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         let (id, nonce) = {
             let lost = self.lost_claims.lost.lock();
-            // The common case, without building the key's id.
-            if lost.is_empty() {
-                return Ok(());
-            }
             let id = (ns_code(ns), tenant.to_vec(), key.to_vec());
             match lost.get(&id) {
                 Some(&(nonce, _)) => (id, nonce),
@@ -122,6 +127,9 @@ impl PgStore {
                 return;
             }
             lost.insert(id, (nonce, Instant::now()));
+            self.lost_claims
+                .remembered
+                .store(lost.len(), Ordering::Release);
         }
         if !self.lost_claims.worker.swap(true, Ordering::AcqRel) {
             tokio::spawn(release_in_background(Arc::downgrade(self)));
@@ -149,6 +157,9 @@ impl PgStore {
         let mut lost = self.lost_claims.lost.lock();
         if lost.get(id).is_some_and(|&(n, _)| n == nonce) {
             lost.remove(id);
+            self.lost_claims
+                .remembered
+                .store(lost.len(), Ordering::Release);
         }
     }
 
@@ -158,6 +169,9 @@ impl PgStore {
         let mut lost = self.lost_claims.lost.lock();
         let _before = lost.len();
         lost.retain(|_, (_, at)| at.elapsed() < GIVE_UP_AFTER);
+        self.lost_claims
+            .remembered
+            .store(lost.len(), Ordering::Release);
         #[cfg(feature = "tracing")]
         if lost.len() < _before {
             tracing::warn!(target: "idemdb",

@@ -104,7 +104,8 @@ impl Postgres {
     }
 
     /// A claim's read first, in the caller's task (it acquires nothing, so a caller that goes
-    /// away leaves nothing to release): while most recent claims found their row (a run of
+    /// away leaves nothing to release; a lost claim of this store's it releases is also released
+    /// in the background): while most recent claims found their row (a run of
     /// retries), the key's row is read by a plain `SELECT` ([`statements::CLAIM_READ`]) and a
     /// row that answers is the answer (counted, traced and put in the tier as the claim's own
     /// would be); no row, or one that looks acquirable, goes on to the claim statement.
@@ -117,6 +118,13 @@ impl Postgres {
         checked: Checked,
     ) -> ReadFirst {
         let go = |read| ReadFirst::Pending(Pending { checked, read });
+        // A claim of this store whose answer was lost first releases what it may hold
+        // (`lost_claims.rs`), before anything reads the key: this claim is then a new attempt,
+        // not a 409 for the lost claim's lease nor, after it, a takeover of it.
+        if let Err(e) = self.sql.settle_lost_claim(ns, tenant, key).await {
+            let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+            return ReadFirst::Answered(op.end_with(Err(e), Claim::outcome));
+        }
         if !self.sql.reads_first() {
             return go(None);
         }
@@ -325,9 +333,6 @@ impl PgStore {
         read: Option<Row>,
     ) -> Result<(Claim, Millis, Millis)> {
         let buffered = self.buffered && !checked.durable;
-        // A claim of this store whose answer was lost first releases what it may hold
-        // (`lost_claims.rs`): this claim is then a new attempt, not a takeover of it.
-        self.settle_lost_claim(ns, tenant, key).await?;
         let nonce = self.lost_claims.nonce();
         // With buffered claims on, every claim that may insert takes its token from the block
         // (a durable one too: tokens a store hands out must increase, and a token drawn past the

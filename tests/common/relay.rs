@@ -167,3 +167,21 @@ pub fn refusing_tls(target: SocketAddr) -> u16 {
     });
     port
 }
+
+/// The address of the first host of a PostgreSQL `url` (over TCP), for a relay to stand before.
+pub fn server_addr(url: &str) -> SocketAddr {
+    use std::net::ToSocketAddrs;
+    let config: tokio_postgres::Config = url
+        .parse()
+        .unwrap_or_else(|e| panic!("{url} is not a PostgreSQL URL: {e}"));
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("{url}: the server must be reached over TCP, not {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .unwrap_or_else(|e| panic!("{url}: its host does not resolve: {e}"))
+        .next()
+        .unwrap_or_else(|| panic!("{url}: its host has no address"))
+}

@@ -19,19 +19,7 @@ mod tls_connects_as_sslmode_says_and_refuses_what_does_not_verify;
 
 /// The system server's address (its URL's first host, over TCP).
 pub fn system_addr() -> std::net::SocketAddr {
-    use std::net::ToSocketAddrs;
-    let url = system_url();
-    let config: tokio_postgres::Config = url.parse().expect("the system server's URL");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("the system server must be reached over TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    (host.as_str(), port)
-        .to_socket_addrs()
-        .expect("resolve the system server")
-        .next()
-        .expect("an address of the system server")
+    relay::server_addr(&system_url())
 }
 
 /// The system server.

@@ -12,7 +12,6 @@
 //! acted. Before the fix each key was taken over (`Lease::is_takeover`), which the proxy answers
 //! as `upstream-outcome-unknown` for requests it never sent.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use idemdb::{Claim, ClaimOptions};
@@ -27,20 +26,13 @@ const LEASE: Duration = Duration::from_secs(3);
 const LOST: usize = 4;
 const POOL: usize = 4;
 
-/// `127.0.0.1:PORT` of a `postgres://user@127.0.0.1:PORT/db` URL.
-fn addr_of(url: &str) -> SocketAddr {
-    let rest = url.split('@').nth(1).expect("a URL with a user");
-    let authority = rest.split('/').next().expect("an authority");
-    authority.parse().expect("host:port")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_lost_in_a_failover_is_released_not_taken_over() {
     let lab = tokio::task::spawn_blocking(|| Lab::pair(true))
         .await
         .unwrap();
-    let primary = addr_of(lab.primary_url());
-    let standby = addr_of(lab.standby_url());
+    let primary = relay::server_addr(lab.primary_url());
+    let standby = relay::server_addr(lab.standby_url());
     let relay = Relay::start(primary);
     let url = format!(
         "postgres://postgres@127.0.0.1:{},{standby}/test?target_session_attrs=read-write",

@@ -734,19 +734,7 @@ impl Drop for Schema {
 
 /// The suite's PostgreSQL server's address (from [`pg_url`]).
 pub fn pg_addr() -> SocketAddr {
-    use std::net::ToSocketAddrs;
-    let url = pg_url();
-    let config: tokio_postgres::Config = url.parse().expect("the suite's PostgreSQL URL");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("the suite's PostgreSQL must be reached over TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    (host.as_str(), port)
-        .to_socket_addrs()
-        .expect("resolve the PostgreSQL host")
-        .next()
-        .expect("an address of the PostgreSQL host")
+    relay::server_addr(&pg_url())
 }
 
 #[path = "../common/relay.rs"]

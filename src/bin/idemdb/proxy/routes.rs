@@ -182,8 +182,7 @@ impl Routes {
                      unreachable otherwise"
                 ));
             }
-            let keyed = r.keyed_methods();
-            if keyed.contains(&Method::GET) || keyed.contains(&Method::HEAD) {
+            if r.keys(&Method::GET) || r.keys(&Method::HEAD) {
                 out.push(format!(
                     "{at}: GET is keyed: a replayed GET answers the state of its first request, \
                      not the current one"
@@ -382,10 +381,22 @@ impl Route {
     pub(crate) fn keyed_methods(&self) -> Vec<Method> {
         match &self.methods {
             Some(m) => m.clone(),
-            None => vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE],
+            None => ANY_KEYED.to_vec(),
+        }
+    }
+
+    /// Whether the idempotency layer applies to `m` on this route ([`Route::keyed_methods`],
+    /// without building the list: asked once per request).
+    pub(crate) fn keys(&self, m: &Method) -> bool {
+        match &self.methods {
+            Some(list) => list.contains(m),
+            None => ANY_KEYED.contains(m),
         }
     }
 }
+
+/// The methods a keyed `*` route keys.
+const ANY_KEYED: [Method; 4] = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
 
 /// One line: `Ok(None)` for a comment or a blank line.
 fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {

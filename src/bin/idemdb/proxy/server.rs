@@ -297,7 +297,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
         let route = app.routes.find(req.method(), req.uri().path());
         let keyed = route.and_then(|(i, r)| {
             let svc = app.keyed[i].clone()?;
-            r.keyed_methods().contains(req.method()).then_some((i, svc))
+            r.keys(req.method()).then_some((i, svc))
         });
         if keyed.is_none() && req.headers().contains_key(IDEMPOTENCY_KEY) {
             ignored_key(&app, route.map(|(_, r)| r), &req);
@@ -500,12 +500,7 @@ impl Scoper {
     /// The request's scope, or why it is refused.
     fn resolve(&self, headers: &HeaderMap) -> Result<Scope, Refused> {
         let text = |name: &HeaderName| -> Result<Option<&str>, Refused> {
-            let mut all = headers.get_all(name).iter();
-            let first = all.next();
-            if all.next().is_some() {
-                return Err(Refused::Ambiguous(name.clone()));
-            }
-            Ok(first
+            Ok(single(headers, name)?
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
                 .filter(|v| !v.is_empty()))
@@ -534,15 +529,27 @@ impl Scoper {
         let mut parts: Vec<Vec<u8>> = vec![b"scope".to_vec(), principal.into_bytes()];
         for name in &self.headers {
             parts.push(name.as_str().as_bytes().to_vec());
-            parts.push(match headers.get_all(name).iter().count() {
-                0 => vec![0],
-                1 => [&[1u8][..], headers[name].as_bytes()].concat(),
-                _ => return Err(Refused::Ambiguous(name.clone())),
+            parts.push(match single(headers, name)? {
+                None => vec![0],
+                Some(v) => [&[1u8][..], v.as_bytes()].concat(),
             });
         }
         let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
         Ok(Scope(Some(idemdb::derive_key(&refs))))
     }
+}
+
+/// The value of a header a scope is read from, if sent: sent twice, it scopes nothing.
+fn single<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a HeaderValue>, Refused> {
+    let mut all = headers.get_all(name).iter();
+    let first = all.next();
+    if all.next().is_some() {
+        return Err(Refused::Ambiguous(name.clone()));
+    }
+    Ok(first)
 }
 
 /// A token without its `Bearer ` prefix (any case), if it has one.
