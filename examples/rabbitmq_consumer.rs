@@ -2,20 +2,38 @@
 //! SIGKILL: the checkpoint of issue 33.
 //!
 //! A publisher puts payments on a queue with publisher confirms: every payment once, a share of
-//! them twice or three times (a producer retrying after a lost confirm), shuffled, plus a few
-//! poison messages (their processing fails every time) and a few messages without an id. Worker
-//! processes consume them with manual acknowledgements and a prefetch (`basic.qos`), and every
-//! delivery goes through idemdb (`AsyncStore::begin`):
+//! them twice or three times (a producer retrying after a lost confirm), shuffled, plus edge
+//! payments (ids of 1, 248, 249 and 255 bytes, a 255-byte id of multi-byte UTF-8, ids that differ
+//! only by case or by a trailing space, each published twice), a few poison messages (their
+//! processing fails every time), a few unstorable messages (their processing produces a
+//! completion the store refuses) and a few messages without an id. Worker processes consume them
+//! with manual acknowledgements and a prefetch (`basic.qos`), and every delivery goes through
+//! idemdb (`AsyncStore::begin`):
 //!
 //! - `Process`: the payment's effect is committed **with the message's completion** (on
 //!   PostgreSQL an `INSERT` into the application's `effects` table, which has no unique
 //!   constraint, and `commit_with` in the same transaction; embedded, an effect entity per
-//!   message and a running total updated by compare-and-swap, in one `commit()` with the
-//!   completion). Then an "effect" message is published downstream with publisher confirms, and
-//!   the input is acknowledged only after the broker confirmed it.
+//!   message, keyed `effect/` + `derive_key(id)` so that any id's key fits the store's key limit,
+//!   and a running total updated by compare-and-swap, in one `commit()` with the completion).
+//!   Then an "effect" message is published downstream with publisher confirms, and the input is
+//!   acknowledged only after the broker confirmed it.
+//! - A commit the store refuses (`InvalidInput`: the same answer every time) is never retried:
+//!   the lease ends with a stored terminal failure marked `refused` (with the reason), and the
+//!   delivery is logged `refused` and dead-lettered. On PostgreSQL the refused `commit_with`
+//!   rolls the whole transaction back (its `effects` row included). A later copy of the message
+//!   finds that failure (`Begin::Failed`) and is dead-lettered as refused too.
+//! - A commit that fails with a transient error (`Error::is_transient`: the database away, the
+//!   engine busy) is retried in place with the same lease (50 ms doubling to 1 s, the lease
+//!   renewed as it nears its end) for up to 30 s; a retry that finds the lease lost (the earlier
+//!   try did commit, or the lease was taken over) requeues the delivery, and the redelivery finds
+//!   the truth. Any other store error requeues the delivery. Neither counts as a failed attempt:
+//!   only the handler's own failures (`fail_message`) do, and a lease that runs out (a worker
+//!   killed, or the store away past the bound) is counted as an attempt by design, by the
+//!   takeover that follows.
 //! - `Completed` (a duplicate): acknowledged; a delivery the broker marks redelivered (its worker
 //!   may have died between the commit and the downstream confirm) publishes the stored effect
-//!   again, so every effect reaches the downstream queue at least once.
+//!   again, so every effect reaches the downstream queue at least once. `Failed` that is not a
+//!   refusal: acknowledged as a duplicate too.
 //! - `InProgress` (another worker holds the message): requeued (`basic.nack`) after a short pause.
 //! - Processing that fails is `fail_message`d and requeued until the message is `Poisoned`; then
 //!   it is rejected without requeue, and the queue's dead-letter exchange (`x-dead-letter-exchange`)
@@ -23,20 +41,31 @@
 //!   header named by `--id-header`) is refused the same way, counted and logged with the reason.
 //!
 //! A SIGKILLed worker's unacknowledged deliveries are requeued by the broker; the message it was
-//! processing stays `InProgress` until its lease ends, then another worker takes it over.
+//! processing stays `InProgress` until its lease ends, then another worker takes it over. A worker
+//! whose connection is closed (by the broker, or lost) closes it, waits for its consumers, and
+//! reconnects (100 ms doubling to 5 s, each attempt logged) until it is asked to stop; the broker
+//! redelivers what that connection left unacknowledged.
 //!
 //! - `rabbitmq_consumer check [--postgres URL] [--messages 10000] [--duplicate-percent 30]
-//!   [--consumers 50] [--workers 4] [--kills 5] [--poison 5] [--without-id 5] [--id-header NAME]
-//!   [--amqp HOST:PORT]` runs the whole scenario on queues named for the run and checks it.
-//!   Without `--postgres`: the embedded store, one worker process with `--consumers` consumer
-//!   tasks, SIGKILLed mid-run and restarted `--kills` times. With `--postgres`: `--workers`
-//!   processes sharing the consumers, in the schema `idemdb_rabbitmq_demo` (emptied first),
-//!   SIGKILLed in turn at random moments and restarted. The check, from the effects, the
-//!   workers' outcome logs and the queues: no effect twice, every payment's effect exactly once,
-//!   every duplicate publication acknowledged as a duplicate (the dedup rate, 100%), every poison
-//!   message in the dead-letter queue (read off it), every id-less message refused, and at least
-//!   one downstream publication per effect. It fails naming RabbitMQ or PostgreSQL if it cannot
-//!   reach them.
+//!   [--consumers 50] [--workers 4] [--kills 5] [--poison 5] [--unstorable 3] [--without-id 5]
+//!   [--close-connections 1] [--id-header NAME] [--amqp HOST:PORT]` runs the whole scenario on
+//!   queues named for the run and checks it. Without `--postgres`: the embedded store, one worker
+//!   process with `--consumers` consumer tasks, SIGKILLed mid-run and restarted `--kills` times.
+//!   With `--postgres`: `--workers` processes sharing the consumers, in the schema
+//!   `idemdb_rabbitmq_demo` (emptied first), SIGKILLed in turn at random moments and restarted.
+//!   `--close-connections` times (halfway between kills) the check closes every worker's
+//!   connection from the broker's side (`rabbitmqctl close_connection`) and waits for each of
+//!   those workers to connect again; the workers must then finish (one that exits by itself fails
+//!   the check). The unstorable messages are published first, so that they are handled before
+//!   any SIGKILL. The check, from the effects, the workers' outcome logs (their ids
+//!   percent-encoded, so that ids with spaces or of any case compare exactly), idemdb's marks and
+//!   the queues: no effect twice, every payment's effect exactly once (the edge payments
+//!   included), every duplicate publication acknowledged as a duplicate (the dedup rate, 100%),
+//!   every poison message in the dead-letter queue (read off it), every unstorable message refused
+//!   at its first attempt, never retried, without an effect and in the dead-letter queue, every
+//!   id-less message refused, nothing else refused, at least one downstream publication per
+//!   effect, and at least one worker connection closed. It fails naming RabbitMQ, PostgreSQL or
+//!   rabbitmqctl if it cannot reach or run them.
 //! - `rabbitmq_consumer worker ...`: one worker process (started by `check`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,8 +89,8 @@ use amqprs::{
 };
 use async_trait::async_trait;
 use idemdb::{
-    AsyncStore, Begin, CommitConflict, Config, ConsumerOptions, Durability, Expect, MessageFailed,
-    Response, SqlValue,
+    AsyncStore, Begin, CommitConflict, Config, ConsumerOptions, Durability, Expect, FailKind,
+    InvalidInput, Lease, MessageFailed, Response, SqlValue,
 };
 
 const DEFAULT_AMQP: &str = "127.0.0.1:5672";
@@ -86,6 +115,20 @@ const IDLE: Duration = Duration::from_secs(2);
 const STALL: Duration = Duration::from_secs(180);
 /// Queues of a run that failed (and so were left for inspection) expire after an hour unused.
 const QUEUE_EXPIRES_MS: i32 = 3_600_000;
+/// A worker's connection name, followed by its process id (the check finds it by this name).
+const WORKER_CONNECTION: &str = "idemdb-rabbitmq-worker-";
+/// The first pause before reconnecting after a lost connection; it doubles up to the next.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// A commit that fails with a transient error is retried in place, holding its lease: first
+/// after this pause, doubling up to the next, for at most `RETRY_FOR` in all.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+const RETRY_FOR: Duration = Duration::from_secs(30);
+/// The metadata key of a stored terminal failure that records a refused commit (its reason).
+const REFUSED: &str = "refused";
+/// With `REFUSED`: the attempt whose commit was refused.
+const REFUSED_ATTEMPT: &str = "attempt";
 
 type Res<T> = Result<T, String>;
 
@@ -190,9 +233,11 @@ impl ChannelWatch {
             .unwrap_or_else(|| "no reason given".into())
     }
 
-    /// Waits until every publication up to `through` is confirmed; an error if one was nacked
-    /// or returned unroutable, the channel closed, or no confirm came within `CONFIRM_WAIT`.
-    async fn confirmed(&self, through: u64, what: &str) -> Res<()> {
+    /// Waits until every publication up to `through` on `ch` is confirmed; an error if one was
+    /// nacked or returned unroutable, the channel or its connection closed (looked at every
+    /// 250 ms too: a lost connection calls no channel callback), or no confirm came within
+    /// `CONFIRM_WAIT`.
+    async fn confirmed(&self, ch: &Channel, through: u64, what: &str) -> Res<()> {
         let deadline = tokio::time::Instant::now() + CONFIRM_WAIT;
         loop {
             let notified = self.notify.notified();
@@ -213,11 +258,19 @@ impl ChannelWatch {
                     return Err(format!("RabbitMQ: {what}: the channel closed: {why}"));
                 }
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if !ch.is_open() {
+                return Err(format!(
+                    "RabbitMQ: {what}: the channel closed (connection open: {})",
+                    ch.is_connection_open()
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
                 return Err(format!(
                     "RabbitMQ: no publisher confirm for {what} within {CONFIRM_WAIT:?}"
                 ));
             }
+            let slice = (tokio::time::Instant::now() + Duration::from_millis(250)).min(deadline);
+            let _ = tokio::time::timeout_at(slice, notified).await;
         }
     }
 }
@@ -294,12 +347,16 @@ impl ConnectionCallback for ConnectionWatch {
     async fn secret_updated(&mut self, _connection: &Connection) {}
 }
 
+/// `HOST:PORT` read.
+fn host_port(addr: &str) -> Res<(&str, u16)> {
+    addr.rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("--amqp {addr}: expected HOST:PORT"))
+}
+
 async fn connect(addr: &str, name: &str) -> Res<Connection> {
     let unreachable = |why: String| format!("RabbitMQ at {addr} cannot be reached: {why}");
-    let (host, port) = addr
-        .rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| format!("--amqp {addr}: expected HOST:PORT"))?;
+    let (host, port) = host_port(addr)?;
     let args = OpenConnectionArguments::new(host, port, USER, PASSWORD)
         .connection_name(name)
         .finish();
@@ -359,6 +416,11 @@ impl Publisher {
             .await
             .map_err(amqp("basic.publish"))?;
         Ok(tag)
+    }
+
+    /// Waits for the broker's confirms of every publication up to `seq`.
+    async fn confirmed(&self, seq: u64, what: &str) -> Res<()> {
+        self.watch.confirmed(&self.ch, seq, what).await
     }
 
     async fn close(self) {
@@ -491,8 +553,50 @@ async fn drain(ch: &Channel, queue: &str) -> Res<Vec<(BasicProperties, Vec<u8>)>
 // ---------------------------------------------------------------------------------------------
 // The worker.
 
+/// A field of an outcome log line, unambiguous: `%`, whitespace (the separators included) and
+/// control characters are percent-encoded, byte by byte of their UTF-8; the rest as it is.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The text `escape` encoded.
+fn unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// One line per handled delivery, appended before the broker is answered (so a kill between the
-/// two repeats the answer, never loses the line): `kind ref copy redelivered pid`.
+/// two repeats the answer, never loses the line): `kind ref copy redelivered pid`, the reference
+/// and the copy `escape`d (an id may hold spaces, tabs or newlines).
 struct OutcomeLog(Mutex<std::fs::File>);
 
 impl OutcomeLog {
@@ -507,21 +611,10 @@ impl OutcomeLog {
     }
 
     fn record(&self, kind: &str, reference: &str, copy: &str, redelivered: bool) -> Res<()> {
-        let clean = |s: &str| -> String {
-            s.chars()
-                .map(|c| {
-                    if c.is_whitespace() || c.is_control() {
-                        '?'
-                    } else {
-                        c
-                    }
-                })
-                .collect()
-        };
         let line = format!(
             "{kind}\t{}\t{}\t{}\t{}\n",
-            clean(reference),
-            clean(copy),
+            escape(reference),
+            escape(copy),
             u8::from(redelivered),
             std::process::id()
         );
@@ -534,7 +627,8 @@ impl OutcomeLog {
 struct Worker {
     store: AsyncStore,
     postgres: bool,
-    conn: Connection,
+    /// RabbitMQ's `HOST:PORT`, for the first connection and every reconnection.
+    amqp: String,
     names: Names,
     id_header: Option<String>,
     log: OutcomeLog,
@@ -559,14 +653,167 @@ enum Committed {
     LeaseLost,
 }
 
+/// Why a commit did not happen: typed, because what the worker does next depends on it.
+enum CommitError {
+    /// The store refused what the commit holds (`Error::InvalidInput`): it refuses it every
+    /// time, so it is never retried.
+    Refused(InvalidInput),
+    /// Any other store error: retried in place when transient (`Error::is_transient`), else the
+    /// delivery is requeued (the commit's outcome is unknown: the redelivery finds it).
+    Store(idemdb::Error),
+    /// The example's own trouble with the data (a negative amount, a running total that keeps
+    /// moving): requeued like a store error.
+    Other(String),
+}
+
+impl From<idemdb::Error> for CommitError {
+    fn from(e: idemdb::Error) -> Self {
+        match e {
+            idemdb::Error::InvalidInput(why) => CommitError::Refused(why),
+            e => CommitError::Store(e),
+        }
+    }
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Refused(why) => write!(f, "refused by the store: {why}"),
+            CommitError::Store(e) => write!(f, "{e}"),
+            CommitError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The entity key of a message's effect (embedded): `effect/` and the SHA-256 of the id, so that
+/// it fits the store's key limit for every id the store accepts (`effect/{id}` did not for ids
+/// over 248 bytes). Where the worker commits and where the check reads.
+fn effect_key(id: &str) -> String {
+    format!("effect/{}", idemdb::derive_key(&[id.as_bytes()]))
+}
+
+/// How long `lease` has left, by this machine's clock (the clock of both stores here).
+fn lease_left(lease: &Lease) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Duration::from_millis(lease.lease_until().saturating_sub(now))
+}
+
+/// What a call retried in place does next.
+enum Retry {
+    Again,
+    /// `RETRY_FOR` is spent.
+    GiveUp,
+    /// The renewal found the lease lost.
+    LeaseLost,
+}
+
+/// A store call retried in place while its lease is held: a pause from `RETRY_FIRST` doubling
+/// to `RETRY_MAX`, the lease renewed when less than half of it is left, for at most `RETRY_FOR`.
+struct InPlace {
+    started: Instant,
+    pause: Duration,
+}
+
+impl InPlace {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            pause: RETRY_FIRST,
+        }
+    }
+
+    /// Waits before the next try, renewing the lease if it nears its end.
+    async fn wait(&mut self, store: &AsyncStore, lease: &mut Lease) -> Retry {
+        if self.started.elapsed() + self.pause > RETRY_FOR {
+            return Retry::GiveUp;
+        }
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(RETRY_MAX);
+        if lease_left(lease) < LEASE / 2 {
+            match store.renew(lease, LEASE).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_lost)) => return Retry::LeaseLost,
+                // The store is still away: the next try tells.
+                Err(_) => {}
+            }
+        }
+        Retry::Again
+    }
+}
+
+/// Why a consumer stopped before it was asked to.
+enum Halt {
+    /// Its channel or its connection closed: the worker reconnects.
+    Lost(String),
+    /// Anything else (the outcome log cannot be written, a publication nacked): the worker exits.
+    Fatal(String),
+}
+
+/// A consumer's error as a `Halt`: `Lost` when the connection or one of `channels` is closed.
+fn halt(conn: &Connection, channels: &[&Channel], e: String) -> Halt {
+    if !conn.is_open() || channels.iter().any(|c| !c.is_open()) {
+        Halt::Lost(e)
+    } else {
+        Halt::Fatal(e)
+    }
+}
+
 impl Worker {
-    async fn consume(self: Arc<Self>, index: usize) -> Res<()> {
-        let (ch, watch) = open_channel(&self.conn).await?;
+    /// Runs `consumers` consumers on `conn` until they all stop: `Ok` when asked to. When one
+    /// lost its channel or the connection, the connection is closed (if still open), so that
+    /// every consumer stops, and each is waited for before the `Halt::Lost`.
+    async fn session(
+        self: &Arc<Self>,
+        conn: &Connection,
+        consumers: usize,
+        session: u64,
+    ) -> Result<(), Halt> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..consumers.max(1) {
+            tasks.spawn(self.clone().consume(conn.clone(), session, i));
+        }
+        let mut lost = None;
+        while let Some(done) = tasks.join_next().await {
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(Halt::Lost(why))) if lost.is_none() => {
+                    eprintln!(
+                        "rabbitmq_consumer: worker {}: {why}; closing connection {session} and \
+                         waiting for its consumers",
+                        std::process::id()
+                    );
+                    if conn.is_open() {
+                        let _ = tokio::time::timeout(Duration::from_secs(10), conn.clone().close())
+                            .await;
+                    }
+                    lost = Some(why);
+                }
+                Ok(Err(Halt::Lost(_))) => {}
+                Ok(Err(Halt::Fatal(e))) => return Err(Halt::Fatal(e)),
+                Err(e) => return Err(Halt::Fatal(format!("a consumer task failed: {e}"))),
+            }
+        }
+        lost.map_or(Ok(()), |why| Err(Halt::Lost(why)))
+    }
+
+    /// One consumer on a channel of `conn` (and a publisher channel for the effects), until it
+    /// is asked to stop; otherwise a `Halt` says why it stopped.
+    async fn consume(
+        self: Arc<Self>,
+        conn: Connection,
+        session: u64,
+        index: usize,
+    ) -> Result<(), Halt> {
+        let (ch, watch) = open_channel(&conn).await.map_err(|e| halt(&conn, &[], e))?;
+        let on_ch = |e: String| halt(&conn, &[&ch], e);
         ch.basic_qos(BasicQosArguments::new(0, PREFETCH, false))
             .await
-            .map_err(amqp("basic.qos"))?;
-        let mut publisher = Publisher::open(&self.conn).await?;
-        let tag = format!("idemdb-{}-{index}", std::process::id());
+            .map_err(amqp("basic.qos"))
+            .map_err(on_ch)?;
+        let mut publisher = Publisher::open(&conn).await.map_err(on_ch)?;
+        let tag = format!("idemdb-{}-{session}-{index}", std::process::id());
         let (tag, mut rx) = ch
             .basic_consume_rx(
                 BasicConsumeArguments::new(&self.names.input, &tag)
@@ -574,15 +821,26 @@ impl Worker {
                     .finish(),
             )
             .await
-            .map_err(amqp("basic.consume"))?;
+            .map_err(amqp("basic.consume"))
+            .map_err(on_ch)?;
         loop {
             match tokio::time::timeout(IDLE, rx.recv()).await {
-                Ok(Some(m)) => self.handle(&ch, &mut publisher, m).await?,
+                Ok(Some(m)) => self
+                    .handle(&ch, &mut publisher, m)
+                    .await
+                    .map_err(|e| halt(&conn, &[&ch, &publisher.ch], e))?,
                 Ok(None) => {
-                    return Err(format!(
-                        "consumer {tag}: RabbitMQ stopped the deliveries ({})",
-                        watch.closed()
-                    ))
+                    return Err(on_ch(format!(
+                        "consumer {tag}: RabbitMQ stopped the deliveries ({}; connection open: \
+                         {})",
+                        watch.closed(),
+                        conn.is_open()
+                    )))
+                }
+                Err(_) if !conn.is_open() || !ch.is_open() => {
+                    return Err(Halt::Lost(format!(
+                        "consumer {tag}: the connection or its channel closed"
+                    )))
                 }
                 Err(_) if self.stop.exists() => break,
                 Err(_) => {}
@@ -590,10 +848,13 @@ impl Worker {
         }
         ch.basic_cancel(BasicCancelArguments::new(&tag))
             .await
-            .map_err(amqp("basic.cancel"))?;
+            .map_err(amqp("basic.cancel"))
+            .map_err(on_ch)?;
         // Deliveries that arrived before the cancel took effect are handled, not dropped.
         while let Ok(Some(m)) = tokio::time::timeout(IDLE, rx.recv()).await {
-            self.handle(&ch, &mut publisher, m).await?;
+            self.handle(&ch, &mut publisher, m)
+                .await
+                .map_err(|e| halt(&conn, &[&ch, &publisher.ch], e))?;
         }
         publisher.close().await;
         let _ = ch.close().await;
@@ -649,7 +910,7 @@ impl Worker {
     async fn refuse(&self, ch: &Channel, d: &Delivery, reason: &str) -> Res<()> {
         self.record("refused", d)?;
         eprintln!(
-            "rabbitmq_consumer: refused delivery {} (ref {}): {reason}; dead-lettered",
+            "rabbitmq_consumer: refused delivery {} (ref {:?}): {reason}; dead-lettered",
             d.tag, d.reference
         );
         self.dead_letter(ch, d).await
@@ -665,7 +926,6 @@ impl Worker {
             .publish(&self.names.effects, props, effect.to_vec())
             .await?;
         publisher
-            .watch
             .confirmed(seq, &format!("the effect of {id}"))
             .await
     }
@@ -689,11 +949,18 @@ impl Worker {
                 }
                 self.ack(ch, &d).await
             }
-            Ok(Begin::Failed(_)) => {
-                // A stored terminal failure (none in this scenario): a duplicate too.
-                self.record("duplicate", &d)?;
-                self.ack(ch, &d).await
-            }
+            Ok(Begin::Failed(replay)) => match replay.response.meta.get(REFUSED) {
+                // A copy of a message whose commit the store refused: refused the same way.
+                Some(why) => {
+                    self.refuse(ch, &d, &format!("its commit was refused before: {why}"))
+                        .await
+                }
+                // A stored terminal failure of another kind (none in this scenario): a duplicate.
+                None => {
+                    self.record("duplicate", &d)?;
+                    self.ack(ch, &d).await
+                }
+            },
             Ok(Begin::InProgress { retry_after }) => {
                 self.record("in-progress", &d)?;
                 let pause =
@@ -730,7 +997,7 @@ impl Worker {
         publisher: &mut Publisher,
         d: &Delivery,
         id: &str,
-        lease: idemdb::Lease,
+        mut lease: Lease,
     ) -> Res<()> {
         let amount = field(&d.body, "amount").and_then(|a| a.parse::<i64>().ok());
         let poison = field(&d.body, "kind") == Some("poison");
@@ -764,12 +1031,16 @@ impl Worker {
             d.copy,
             std::process::id()
         );
-        let committed = if self.postgres {
-            self.commit_sql(&lease, id, amount, d, &effect).await
-        } else {
-            self.commit_entities(&lease, id, amount, d, &effect).await
-        };
-        match committed {
+        let mut completion = Response::new(effect.clone());
+        if field(&d.body, "kind") == Some("unstorable") {
+            // Metadata with a NUL byte: both backends refuse it (`InvalidInput::NulByte`), so
+            // this message's commit is refused every time.
+            completion = completion.with_meta("note", "unstorable\0");
+        }
+        match self
+            .commit_retrying(&mut lease, id, amount, d, &completion)
+            .await
+        {
             Ok(Committed::Done) => {
                 self.record("processed", d)?;
                 self.publish_effect(publisher, id, effect.as_bytes())
@@ -777,31 +1048,116 @@ impl Worker {
                 self.ack(ch, d).await
             }
             Ok(Committed::LeaseLost) => {
-                // Taken over after our lease ran out: nothing of ours was written.
+                // Taken over after our lease ran out, or an earlier try did commit: the
+                // redelivery finds out which.
                 self.record("lease-lost", d)?;
                 self.requeue(ch, d, Duration::ZERO).await
             }
+            Err(CommitError::Refused(why)) => self.refuse_commit(ch, d, &mut lease, &why).await,
             Err(e) => {
-                // The commit's outcome is unknown; either way a redelivery finds the truth.
+                // The commit's outcome is unknown; either way a redelivery finds the truth. Not
+                // a failure of the handler's: no `fail_message` (the lease runs out instead).
                 self.record("error", d)?;
                 eprintln!("rabbitmq_consumer: {id}: the commit failed ({e}); requeued");
-                let _ = self.store.fail_message(&lease, self.opts).await;
                 self.requeue(ch, d, Duration::from_millis(200)).await
             }
         }
     }
 
-    /// PostgreSQL: the effect row and the completion in one transaction.
-    async fn commit_sql(
+    /// The commit, retried in place with the same lease while it fails with a transient error
+    /// (`InPlace`); a retry that finds the lease lost answers `LeaseLost`.
+    async fn commit_retrying(
         &self,
-        lease: &idemdb::Lease,
+        lease: &mut Lease,
         id: &str,
         amount: i64,
         d: &Delivery,
-        effect: &str,
-    ) -> Res<Committed> {
+        completion: &Response,
+    ) -> Result<Committed, CommitError> {
+        let mut retry = InPlace::new();
+        loop {
+            let committed = if self.postgres {
+                self.commit_sql(lease, id, amount, d, completion).await
+            } else {
+                self.commit_entities(lease, id, amount, d, completion).await
+            };
+            let e = match committed {
+                Err(CommitError::Store(e)) if e.is_transient() => e,
+                other => return other,
+            };
+            eprintln!("rabbitmq_consumer: {id}: the commit failed ({e}); retried in place");
+            match retry.wait(&self.store, lease).await {
+                Retry::Again => {}
+                Retry::LeaseLost => return Ok(Committed::LeaseLost),
+                Retry::GiveUp => return Err(CommitError::Store(e)),
+            }
+        }
+    }
+
+    /// A commit the store refused: never retried, never counted as a failed attempt. The lease
+    /// ends with a stored terminal failure marked `REFUSED` (the reason, and the attempt), so
+    /// that a later copy is refused without processing; then the delivery is dead-lettered.
+    async fn refuse_commit(
+        &self,
+        ch: &Channel,
+        d: &Delivery,
+        lease: &mut Lease,
+        why: &InvalidInput,
+    ) -> Res<()> {
+        // A NUL byte would make the failure itself unstorable.
+        let reason = why.to_string().replace('\0', "\\0");
+        let failure = Response::new(Vec::new())
+            .with_meta(REFUSED, reason.clone())
+            .with_meta(REFUSED_ATTEMPT, lease.attempt().to_string());
+        let mut retry = InPlace::new();
+        loop {
+            let e = match self
+                .store
+                .fail(lease, FailKind::Terminal(failure.clone()))
+                .await
+            {
+                Ok(Ok(())) => {
+                    let reason = format!("the store refused its commit: {reason}");
+                    return self.refuse(ch, d, &reason).await;
+                }
+                Ok(Err(_lost)) => {
+                    self.record("lease-lost", d)?;
+                    return self.requeue(ch, d, Duration::ZERO).await;
+                }
+                Err(e) if e.is_transient() => match retry.wait(&self.store, lease).await {
+                    Retry::Again => continue,
+                    Retry::LeaseLost => {
+                        self.record("lease-lost", d)?;
+                        return self.requeue(ch, d, Duration::ZERO).await;
+                    }
+                    Retry::GiveUp => e,
+                },
+                Err(e) => e,
+            };
+            // The lease runs out and the next attempt is refused again.
+            self.record("error", d)?;
+            eprintln!(
+                "rabbitmq_consumer: {:?}: storing its refusal failed ({e}); requeued",
+                d.reference
+            );
+            return self.requeue(ch, d, Duration::from_millis(200)).await;
+        }
+    }
+
+    /// PostgreSQL: the effect row and the completion in one transaction. A `commit_with` that
+    /// fails or is refused (`InvalidInput`, before anything of idemdb's is sent) leaves no row:
+    /// the transaction is dropped unfinished, which closes its connection and so rolls it back
+    /// (the invariant of `SqlTransaction`); a conflict rolls it back explicitly.
+    async fn commit_sql(
+        &self,
+        lease: &Lease,
+        id: &str,
+        amount: i64,
+        d: &Delivery,
+        completion: &Response,
+    ) -> Result<Committed, CommitError> {
         let copy = d.copy.parse::<i64>().unwrap_or(-1);
-        let mut tx = self.store.transaction().await.map_err(|e| e.to_string())?;
+        let mut tx = self.store.transaction().await?;
         tx.execute(
             "INSERT INTO effects (message, copy, worker, amount) VALUES ($1, $2, $3, $4)",
             &[
@@ -811,45 +1167,40 @@ impl Worker {
                 SqlValue::Int(amount),
             ],
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let done = tx
-            .commit_with(self.store.commit().complete(lease, Response::new(effect)))
-            .await
-            .map_err(|e| e.to_string())?;
+            .commit_with(self.store.commit().complete(lease, completion.clone()))
+            .await?;
         Ok(match done {
             Ok(_) => Committed::Done,
             Err(_) => Committed::LeaseLost, // rolled back, the effect row included
         })
     }
 
-    /// Embedded: the message's effect entity (the copies that took effect, one expected) and the
-    /// running total, by compare-and-swap, in one commit with the completion.
+    /// Embedded: the message's effect entity (the copies that took effect, one expected; keyed
+    /// by `effect_key`) and the running total, by compare-and-swap, in one commit with the
+    /// completion.
     async fn commit_entities(
         &self,
-        lease: &idemdb::Lease,
+        lease: &Lease,
         id: &str,
         amount: i64,
         d: &Delivery,
-        effect: &str,
-    ) -> Res<Committed> {
-        let key = format!("effect/{id}");
-        let amount = u64::try_from(amount).map_err(|_| format!("negative amount {amount}"))?;
+        completion: &Response,
+    ) -> Result<Committed, CommitError> {
+        let key = effect_key(id);
+        let amount = u64::try_from(amount)
+            .map_err(|_| CommitError::Other(format!("negative amount {amount}")))?;
         for _ in 0..10_000 {
-            let total = self
-                .store
-                .get_entity(GROUP, "total")
-                .await
-                .map_err(|e| e.to_string())?;
+            let total = self.store.get_entity(GROUP, "total").await?;
             let (total_expect, total) = match total {
-                Some(t) => (Expect::Version(t.version), be_u64(&t.value)?),
+                Some(t) => (
+                    Expect::Version(t.version),
+                    be_u64(&t.value).map_err(CommitError::Other)?,
+                ),
                 None => (Expect::Absent, 0),
             };
-            let before = self
-                .store
-                .get_entity(GROUP, &key)
-                .await
-                .map_err(|e| e.to_string())?;
+            let before = self.store.get_entity(GROUP, &key).await?;
             let (effect_expect, mut copies) = match before {
                 Some(e) => (
                     Expect::Version(e.version),
@@ -863,17 +1214,18 @@ impl Worker {
                 .commit()
                 .put(GROUP, &key, effect_expect, copies)
                 .put(GROUP, "total", total_expect, (total + amount).to_be_bytes())
-                .complete(lease, Response::new(effect))
+                .complete(lease, completion.clone())
                 .apply()
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             match applied {
                 Ok(_) => return Ok(Committed::Done),
                 Err(CommitConflict::Lease { .. }) => return Ok(Committed::LeaseLost),
                 Err(_) => tokio::task::yield_now().await, // the total moved: read it again
             }
         }
-        Err("the running total kept changing: 10,000 conflicts in a row".into())
+        Err(CommitError::Other(
+            "the running total kept changing: 10,000 conflicts in a row".into(),
+        ))
     }
 }
 
@@ -912,42 +1264,62 @@ fn consumer_options() -> ConsumerOptions {
         .max_attempts(MAX_ATTEMPTS)
 }
 
+/// One worker process: its consumers on a connection to RabbitMQ, and a new connection whenever
+/// one is lost (100 ms doubling to 5 s between attempts, each logged), until it is asked to stop.
 async fn worker(args: &[String]) -> Res<()> {
     let dir = PathBuf::from(arg(args, "--dir").ok_or("worker: --dir is required")?);
     let prefix = arg(args, "--prefix").ok_or("worker: --prefix is required")?;
     let consumers: usize = num(args, "--consumers", 1)?;
     let amqp_addr = arg(args, "--amqp").unwrap_or_else(|| DEFAULT_AMQP.into());
+    host_port(&amqp_addr)?;
     let postgres = arg(args, "--postgres");
     let store = match &postgres {
         Some(url) => open_postgres(url, consumers.clamp(2, 10)).await?,
         None => open_embedded(&dir).await?,
     };
-    let conn = connect(
-        &amqp_addr,
-        &format!("idemdb-rabbitmq-worker-{}", std::process::id()),
-    )
-    .await?;
     let w = Arc::new(Worker {
         store,
         postgres: postgres.is_some(),
-        conn,
+        amqp: amqp_addr,
         names: Names::new(&prefix),
         id_header: arg(args, "--id-header"),
         log: OutcomeLog::open(&dir)?,
         stop: dir.join("stop"),
         opts: consumer_options(),
     });
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..consumers.max(1) {
-        tasks.spawn(w.clone().consume(i));
+    let pid = std::process::id();
+    let name = format!("{WORKER_CONNECTION}{pid}");
+    let (mut pause, mut session) = (RECONNECT_FIRST, 0u64);
+    loop {
+        match connect(&w.amqp, &name).await {
+            Ok(conn) => {
+                session += 1;
+                if session > 1 {
+                    eprintln!(
+                        "rabbitmq_consumer: worker {pid}: reconnected (connection {session})"
+                    );
+                }
+                pause = RECONNECT_FIRST;
+                let ended = w.session(&conn, consumers, session).await;
+                if conn.is_open() {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), conn.close()).await;
+                }
+                match ended {
+                    Ok(()) => return Ok(()),
+                    Err(Halt::Fatal(e)) => return Err(e),
+                    Err(Halt::Lost(_)) => {} // said by `session`
+                }
+            }
+            Err(e) => eprintln!("rabbitmq_consumer: worker {pid}: {e}"),
+        }
+        if w.stop.exists() {
+            eprintln!("rabbitmq_consumer: worker {pid}: asked to stop; not reconnecting");
+            return Ok(());
+        }
+        eprintln!("rabbitmq_consumer: worker {pid}: reconnecting to RabbitMQ in {pause:?}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECONNECT_MAX);
     }
-    while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| format!("a consumer task failed: {e}"))??;
-    }
-    if let Ok(w) = Arc::try_unwrap(w) {
-        let _ = w.conn.close().await;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -962,19 +1334,54 @@ struct CheckOpts {
     workers: usize,
     kills: usize,
     poison: usize,
+    unstorable: usize,
     without_id: usize,
+    close_connections: usize,
     id_header: Option<String>,
 }
 
 /// What was published.
 struct Plan {
-    /// Payment id → (amount, copies published).
+    /// Payment id → (amount, copies published): the edge payments included.
     payments: BTreeMap<String, (i64, usize)>,
+    /// The edge payments (`edge_ids`), each published twice.
+    edge: BTreeSet<String>,
     poison: BTreeSet<String>,
+    /// Messages whose commit the store refuses (`kind=unstorable`).
+    unstorable: BTreeSet<String>,
     /// The `ref=` of each message published without an id.
     orphans: BTreeSet<String>,
-    /// Every publication: payments' copies, poison and orphans.
+    /// Every publication: payments' copies, poison, unstorable and orphans.
     publications: usize,
+}
+
+/// The edge payments' ids: 1 byte, 248 (the longest `effect/{id}` fitted the key limit), 249 and
+/// 255 (the store's key limit) bytes, 255 bytes of multi-byte UTF-8 (`é`, `€`, an emoji), two
+/// ids that differ only by case, two that differ only by a trailing space.
+fn edge_ids() -> Vec<String> {
+    let sized = |n: usize| -> String {
+        let head = format!("edge-{n}-");
+        if n <= head.len() {
+            "e".repeat(n)
+        } else {
+            let fill = "x".repeat(n - head.len());
+            head + &fill
+        }
+    };
+    let mut utf8 = String::from("edge-utf8-");
+    for c in ['é', '€', '🦀'].iter().cycle() {
+        if utf8.len() + c.len_utf8() > 255 {
+            break;
+        }
+        utf8.push(*c);
+    }
+    while utf8.len() < 255 {
+        utf8.push('u');
+    }
+    let mut ids: Vec<String> = [1, 248, 249, 255].into_iter().map(sized).collect();
+    ids.push(utf8);
+    ids.extend(["Pay-Case", "pay-case", "pay-space", "pay-space "].map(String::from));
+    ids
 }
 
 impl Plan {
@@ -986,7 +1393,9 @@ impl Plan {
 fn make_plan(o: &CheckOpts, rng: &mut Rng) -> (Plan, Vec<(Option<String>, String, usize)>) {
     let mut plan = Plan {
         payments: BTreeMap::new(),
+        edge: BTreeSet::new(),
         poison: BTreeSet::new(),
+        unstorable: BTreeSet::new(),
         orphans: BTreeSet::new(),
         publications: 0,
     };
@@ -1011,6 +1420,18 @@ fn make_plan(o: &CheckOpts, rng: &mut Rng) -> (Plan, Vec<(Option<String>, String
         }
         plan.payments.insert(id, (amount, copies));
     }
+    for (k, id) in edge_ids().into_iter().enumerate() {
+        let amount = 10_000 + i64::try_from(k).unwrap_or(0);
+        for copy in 0..2 {
+            out.push((
+                Some(id.clone()),
+                format!("amount={amount} kind=payment"),
+                copy,
+            ));
+        }
+        plan.payments.insert(id.clone(), (amount, 2));
+        plan.edge.insert(id);
+    }
     for k in 0..o.poison {
         let id = format!("poison-{k:03}");
         out.push((Some(id.clone()), format!("ref={id} kind=poison"), 0));
@@ -1026,6 +1447,21 @@ fn make_plan(o: &CheckOpts, rng: &mut Rng) -> (Plan, Vec<(Option<String>, String
         let j = usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0);
         out.swap(i, j);
     }
+    // The unstorable messages first: they are handled before any SIGKILL (the first lands a
+    // good share of the payments later), so the check can require each to be refused at its
+    // first attempt; a kill while one is held would make its next attempt a takeover.
+    let unstorable: Vec<String> = (0..o.unstorable)
+        .map(|k| format!("unstorable-{k:03}"))
+        .collect();
+    let first = unstorable.iter().map(|id| {
+        (
+            Some(id.clone()),
+            format!("ref={id} amount=1 kind=unstorable"),
+            0,
+        )
+    });
+    out.splice(0..0, first);
+    plan.unstorable.extend(unstorable);
     plan.publications = out.len();
     (plan, out)
 }
@@ -1059,10 +1495,10 @@ async fn publish_all(
             .publish(&n.input, props.finish(), body.into_bytes())
             .await?;
         if (i + 1) % 500 == 0 {
-            p.watch.confirmed(last, "the published payments").await?;
+            p.confirmed(last, "the published payments").await?;
         }
     }
-    p.watch.confirmed(last, "the published payments").await?;
+    p.confirmed(last, "the published payments").await?;
     p.close().await;
     Ok(())
 }
@@ -1122,7 +1558,8 @@ impl Outcomes {
         let [kind, reference, copy, redelivered, _pid] = f.as_slice() else {
             return;
         };
-        let pair = ((*reference).to_owned(), (*copy).to_owned());
+        let (reference, copy) = (unescape(reference), unescape(copy));
+        let pair = (reference.clone(), copy);
         self.lines += 1;
         self.redelivered += usize::from(*redelivered == "1");
         *self.count.entry((*kind).to_owned()).or_default() += 1;
@@ -1130,7 +1567,7 @@ impl Outcomes {
             self.ended.insert(pair.clone());
         }
         if *kind == "processed" {
-            self.processed.insert((*reference).to_owned());
+            self.processed.insert(reference);
         }
         self.pairs
             .entry((*kind).to_owned())
@@ -1195,6 +1632,122 @@ impl Workers {
     }
 }
 
+/// `rabbitmqctl ARGS`: its output, or an error naming it.
+async fn rabbitmqctl(args: &[&str]) -> Res<String> {
+    let what = format!("rabbitmqctl {}", args.join(" "));
+    let run = tokio::process::Command::new("rabbitmqctl")
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .map_err(|_| format!("{what}: no answer within 60 s"))?
+        .map_err(|e| {
+            format!(
+                "{what}: cannot run it ({e}); the check closes the workers' connections with \
+                 rabbitmqctl: run it on RabbitMQ's machine, as a user allowed to use rabbitmqctl"
+            )
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The workers' connections that `rabbitmqctl list_connections` shows: (the connection's pid,
+/// the worker's process id), found by their name (`WORKER_CONNECTION` and one of `pids`).
+async fn worker_connections(pids: &[u32]) -> Res<Vec<(String, u32)>> {
+    let listed = rabbitmqctl(&[
+        "-q",
+        "list_connections",
+        "--no-table-headers",
+        "pid",
+        "client_properties",
+    ])
+    .await?;
+    Ok(listed
+        .lines()
+        .filter_map(|line| {
+            let (conn, props) = line.split_once('\t')?;
+            let worker = pids
+                .iter()
+                .find(|p| props.contains(&format!("\"{WORKER_CONNECTION}{p}\"")))?;
+            Some((conn.trim().to_owned(), *worker))
+        })
+        .collect())
+}
+
+/// Closes the workers' connections from the broker's side with `rabbitmqctl close_connection`
+/// (waiting up to 20 s for one to be listed: a worker restarted a moment ago may not have
+/// connected yet), then waits up to 60 s for each of those workers to be connected again; how
+/// many connections it closed, at least one.
+async fn close_worker_connections(pids: &[u32]) -> Res<usize> {
+    let t = Instant::now();
+    let found = loop {
+        let found = worker_connections(pids).await?;
+        if !found.is_empty() || t.elapsed() > Duration::from_secs(20) {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (mut closed, mut last_error) = (Vec::new(), None);
+    for (conn, worker) in found {
+        match rabbitmqctl(&["close_connection", &conn, "test: closed by the check"]).await {
+            Ok(_) => closed.push((conn, worker)),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    if closed.is_empty() {
+        return Err(last_error.unwrap_or_else(|| {
+            format!(
+                "rabbitmqctl list_connections shows no connection named {WORKER_CONNECTION}PID \
+                 of the workers {pids:?} within 20 s"
+            )
+        }));
+    }
+    let t = Instant::now();
+    loop {
+        let now = worker_connections(pids).await?;
+        // A worker is back once a connection of its own is listed that was not closed.
+        let back = |w: u32| {
+            now.iter()
+                .any(|(c, n)| *n == w && !closed.iter().any(|(x, _)| x == c))
+        };
+        let waiting: Vec<u32> = closed
+            .iter()
+            .map(|(_, w)| *w)
+            .filter(|w| !back(*w))
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "the workers {waiting:?} did not reconnect within 60 s of RabbitMQ closing their \
+                 connections"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "rabbitmq_consumer: closed {} worker connection(s) from the broker's side (rabbitmqctl \
+         close_connection); every one of those workers reconnected within {:.1?}",
+        closed.len(),
+        t.elapsed()
+    );
+    Ok(closed.len())
+}
+
+/// The first characters of a long id, for a message.
+fn short(id: &str) -> String {
+    id.chars().take(24).collect()
+}
+
 fn pct(part: usize, whole: usize) -> String {
     if whole == 0 {
         "n/a (no duplicates published)".into()
@@ -1236,13 +1789,16 @@ async fn read_effects(store: &AsyncStore, plan: &Plan, postgres: bool) -> Res<Ef
             .payments
             .keys()
             .chain(plan.poison.iter())
+            .chain(plan.unstorable.iter())
             .chain(plan.orphans.iter());
         for id in ids {
-            if let Some(e) = store
-                .get_entity(GROUP, format!("effect/{id}"))
-                .await
-                .map_err(|e| e.to_string())?
-            {
+            let entity = match store.get_entity(GROUP, effect_key(id)).await {
+                Ok(entity) => entity,
+                // A key the store refuses holds no effect (the payment's check says it is lost).
+                Err(idemdb::Error::InvalidInput(_)) => None,
+                Err(e) => return Err(e.to_string()),
+            };
+            if let Some(e) = entity {
                 let list: Vec<String> = String::from_utf8_lossy(&e.value)
                     .split(',')
                     .map(str::to_owned)
@@ -1267,12 +1823,26 @@ async fn read_effects(store: &AsyncStore, plan: &Plan, postgres: bool) -> Res<Ef
     })
 }
 
-/// Asks idemdb about every message (concurrently): how many are completed and poisoned.
-async fn marks(store: &AsyncStore, plan: &Plan) -> Res<(usize, usize, Vec<String>)> {
+/// What idemdb says of the messages.
+struct Marks {
+    /// Payments completed.
+    completed: usize,
+    /// Poison messages poisoned.
+    poisoned: usize,
+    /// Unstorable messages ended with a stored refusal of their first attempt.
+    refused_first: usize,
+    /// Every other answer, as `id: answer`.
+    wrong: Vec<String>,
+}
+
+/// Asks idemdb about every message (concurrently): payments must be completed, poison messages
+/// poisoned, unstorable messages failed with the refusal of their first attempt.
+async fn marks(store: &AsyncStore, plan: &Plan) -> Res<Marks> {
     let ids: Vec<String> = plan
         .payments
         .keys()
         .chain(plan.poison.iter())
+        .chain(plan.unstorable.iter())
         .cloned()
         .collect();
     let mut set = tokio::task::JoinSet::new();
@@ -1287,18 +1857,31 @@ async fn marks(store: &AsyncStore, plan: &Plan) -> Res<(usize, usize, Vec<String
             out
         });
     }
-    let (mut completed, mut poisoned, mut wrong) = (0, 0, Vec::new());
+    let mut m = Marks {
+        completed: 0,
+        poisoned: 0,
+        refused_first: 0,
+        wrong: Vec::new(),
+    };
     while let Some(r) = set.join_next().await {
         for (id, b) in r.map_err(|e| e.to_string())? {
+            let payment = plan.payments.contains_key(&id);
             let poison = plan.poison.contains(&id);
+            let refused_first = |r: &idemdb::Replay| {
+                r.response.meta.contains_key(REFUSED)
+                    && r.response.meta.get(REFUSED_ATTEMPT).map(String::as_str) == Some("1")
+            };
             match b? {
-                Begin::Completed(_) if !poison => completed += 1,
-                Begin::Poisoned { .. } if poison => poisoned += 1,
-                other => wrong.push(format!("{id}: {other:?}")),
+                Begin::Completed(_) if payment => m.completed += 1,
+                Begin::Poisoned { .. } if poison => m.poisoned += 1,
+                Begin::Failed(r) if plan.unstorable.contains(&id) && refused_first(&r) => {
+                    m.refused_first += 1;
+                }
+                other => m.wrong.push(format!("{:?}: {other:?}", short(&id))),
             }
         }
     }
-    Ok((completed, poisoned, wrong))
+    Ok(m)
 }
 
 async fn check(o: CheckOpts) -> Res<()> {
@@ -1398,12 +1981,15 @@ async fn run_and_verify(
     publish_all(conn, names, o.id_header.as_deref(), list).await?;
     let publish_time = t.elapsed();
     println!(
-        "rabbitmq_consumer: published {} messages ({} payments, {} duplicate publications, {} \
-         poison, {} without an id) with publisher confirms in {publish_time:.1?}",
+        "rabbitmq_consumer: published {} messages ({} payments, {} of them edge payments, {} \
+         duplicate publications, {} poison, {} unstorable, {} without an id) with publisher \
+         confirms in {publish_time:.1?}",
         plan.publications,
         plan.payments.len(),
+        plan.edge.len(),
         plan.duplicates(),
         plan.poison.len(),
+        plan.unstorable.len(),
         plan.orphans.len()
     );
 
@@ -1446,8 +2032,13 @@ async fn run_and_verify(
     let t = Instant::now();
 
     // The killer: SIGKILLs a random worker at evenly spread moments of progress (plus a random
-    // pause), and restarts it; until every publication has reached its outcome.
+    // pause), and restarts it; until every publication has reached its outcome. Between kills,
+    // the broker closes every worker's connection `--close-connections` times.
     let (mut killed, mut last_ended, mut last_change) = (0usize, 0usize, Instant::now());
+    let (mut closes, mut closed_connections) = (0usize, 0usize);
+    // Close j lands when close_span × (j + 1.5) payments are processed: halfway between kills.
+    let close_span = plan.payments.len() / (o.kills.max(o.close_connections) + 1);
+    let close_target = |j: usize| close_span * (j + 1) + close_span / 2;
     let mut out = Outcomes::default();
     // Kill k lands when span × (k + 1) payments are processed, give or take a quarter span.
     let span = plan.payments.len() / (o.kills + 1);
@@ -1458,7 +2049,7 @@ async fn run_and_verify(
     loop {
         out.refresh(dir)?;
         let ended = out.ended.len();
-        if ended >= plan.publications && killed >= o.kills {
+        if ended >= plan.publications && killed >= o.kills && closes >= o.close_connections {
             break;
         }
         if ended != last_ended {
@@ -1475,6 +2066,16 @@ async fn run_and_verify(
             w.kill_and_restart(i).await?;
             killed += 1;
             target = next_target(killed);
+            continue;
+        }
+        if closes < o.close_connections && out.processed.len() >= close_target(closes) {
+            let pids: Vec<u32> = w
+                .children
+                .iter()
+                .filter_map(tokio::process::Child::id)
+                .collect();
+            closed_connections += close_worker_connections(&pids).await?;
+            closes += 1;
             continue;
         }
         w.check_alive()?;
@@ -1531,7 +2132,7 @@ async fn run_and_verify(
         None => open_embedded(dir).await?,
     };
     let effects = read_effects(&store, &plan, o.postgres.is_some()).await?;
-    let (completed, poison_marks, wrong_marks) = marks(&store, &plan).await?;
+    let marks = marks(&store, &plan).await?;
     let dead = drain(ch, &names.dead).await?;
     let downstream = drain(ch, &names.effects).await?;
 
@@ -1576,13 +2177,20 @@ async fn run_and_verify(
         .filter(|(id, c)| effects.copies.get(id).and_then(|v| v.first()) == Some(c))
         .count();
     // The dead-letter queue, read off the broker.
-    let (mut dead_poison, mut dead_orphans, mut dead_other) =
-        (BTreeSet::new(), BTreeSet::new(), Vec::new());
+    let (mut dead_poison, mut dead_unstorable, mut dead_orphans, mut dead_other) = (
+        BTreeSet::new(),
+        BTreeSet::new(),
+        BTreeSet::new(),
+        Vec::new(),
+    );
     for (props, body) in &dead {
         let body = String::from_utf8_lossy(body);
         match message_id(props, o.id_header.as_deref()) {
             Ok(id) if plan.poison.contains(&id) => {
                 dead_poison.insert(id);
+            }
+            Ok(id) if plan.unstorable.contains(&id) => {
+                dead_unstorable.insert(id);
             }
             Ok(id) => dead_other.push(id),
             Err(_) => match field(&body, "ref") {
@@ -1602,6 +2210,30 @@ async fn run_and_verify(
         .into_iter()
         .map(|(r, _)| r)
         .collect();
+    let refused_expected: BTreeSet<String> =
+        plan.orphans.union(&plan.unstorable).cloned().collect();
+    // An unstorable message is refused at its first attempt, never retried: no other outcome.
+    let unstorable_retried: BTreeSet<String> = ["failed", "error", "poisoned", "processed"]
+        .iter()
+        .flat_map(|kind| out.pairs_of(kind))
+        .map(|(r, _)| r)
+        .filter(|r| plan.unstorable.contains(r))
+        .collect();
+    let unstorable_effects: Vec<&String> = plan
+        .unstorable
+        .iter()
+        .filter(|id| effects.copies.contains_key(*id))
+        .collect();
+    // The edge payments: exactly one effect each (the general checks count them too).
+    let edge_wrong: Vec<String> = plan
+        .edge
+        .iter()
+        .filter(|id| effects.copies.get(*id).map(Vec::len) != Some(1))
+        .map(|id| {
+            let n = effects.copies.get(id).map_or(0, Vec::len);
+            format!("{} bytes {:?}…: {n} effects", id.len(), short(id))
+        })
+        .collect();
 
     if duplicated > 0 {
         failures.push(format!("{duplicated} duplicated effects"));
@@ -1610,7 +2242,7 @@ async fn run_and_verify(
         failures.push(format!(
             "{} payments without an effect (first: {:?})",
             lost.len(),
-            lost.first()
+            lost.first().map(|id| short(id))
         ));
     }
     if !foreign.is_empty() {
@@ -1640,13 +2272,28 @@ async fn run_and_verify(
             plan.duplicates()
         ));
     }
-    if completed != plan.payments.len() || poison_marks != plan.poison.len() {
+    if !edge_wrong.is_empty() {
         failures.push(format!(
-            "idemdb marks {completed} payments completed and {poison_marks} messages poisoned; \
-             expected {} and {}; first of the others: {:?}",
+            "{} of {} edge payments without exactly one effect: {}",
+            edge_wrong.len(),
+            plan.edge.len(),
+            edge_wrong.join(", ")
+        ));
+    }
+    if marks.completed != plan.payments.len()
+        || marks.poisoned != plan.poison.len()
+        || marks.refused_first != plan.unstorable.len()
+    {
+        failures.push(format!(
+            "idemdb marks {} payments completed, {} messages poisoned and {} refused at their \
+             first attempt; expected {}, {} and {}; first of the others: {:?}",
+            marks.completed,
+            marks.poisoned,
+            marks.refused_first,
             plan.payments.len(),
             plan.poison.len(),
-            wrong_marks.first()
+            plan.unstorable.len(),
+            marks.wrong.first()
         ));
     }
     if dead_poison != plan.poison {
@@ -1656,19 +2303,46 @@ async fn run_and_verify(
             plan.poison.len()
         ));
     }
-    if dead_orphans != plan.orphans || refused != plan.orphans {
+    if dead_orphans != plan.orphans
+        || dead_unstorable != plan.unstorable
+        || refused != refused_expected
+    {
+        let wrongly: Vec<&String> = refused.difference(&refused_expected).collect();
         failures.push(format!(
-            "{} of {} messages without an id refused, {} of them in the dead-letter queue",
+            "{} messages refused, {} expected ({} without an id, {} unstorable); in the \
+             dead-letter queue {} without an id and {} unstorable; refused but not expected to \
+             be: {}",
             refused.len(),
+            refused_expected.len(),
             plan.orphans.len(),
-            dead_orphans.len()
+            plan.unstorable.len(),
+            dead_orphans.len(),
+            dead_unstorable.len(),
+            wrongly
+                .iter()
+                .map(|id| format!("{} bytes {:?}…", id.len(), short(id)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
+    }
+    if !unstorable_retried.is_empty() {
+        failures.push(format!(
+            "unstorable messages retried instead of refused: {unstorable_retried:?}"
+        ));
+    }
+    if !unstorable_effects.is_empty() {
+        failures.push(format!(
+            "unstorable messages with an effect: {unstorable_effects:?}"
+        ));
+    }
+    if o.close_connections > 0 && closed_connections == 0 {
+        failures.push("no worker connection was closed".into());
     }
     if !dead_other.is_empty() {
         failures.push(format!(
             "{} unexpected messages in the dead-letter queue (first: {:?})",
             dead_other.len(),
-            dead_other.first()
+            dead_other.first().map(|m| short(m))
         ));
     }
     let missing_downstream = plan
@@ -1711,8 +2385,17 @@ async fn run_and_verify(
             plan.duplicates().to_string(),
         ),
         (
-            "poison messages / messages without id",
-            format!("{} / {}", plan.poison.len(), plan.orphans.len()),
+            "  of them edge payments (1/248/249/255 bytes, UTF-8, case, space)",
+            plan.edge.len().to_string(),
+        ),
+        (
+            "poison / unstorable / without id messages",
+            format!(
+                "{} / {} / {}",
+                plan.poison.len(),
+                plan.unstorable.len(),
+                plan.orphans.len()
+            ),
         ),
         ("publications in all", plan.publications.to_string()),
         ("deliveries handled", out.lines.to_string()),
@@ -1723,6 +2406,14 @@ async fn run_and_verify(
         ("effects (processed)", applications.to_string()),
         ("duplicated effects", duplicated.to_string()),
         ("payments without an effect", lost.len().to_string()),
+        (
+            "edge payments with exactly one effect",
+            format!(
+                "{} of {}",
+                plan.edge.len() - edge_wrong.len(),
+                plan.edge.len()
+            ),
+        ),
         (
             "duplicates acknowledged as duplicates",
             dup_acked.to_string(),
@@ -1753,14 +2444,35 @@ async fn run_and_verify(
             format!("{} ({})", out.pairs_of("poisoned").len(), dead_poison.len()),
         ),
         (
-            "refused without id (read off the DLQ)",
-            format!("{} ({})", refused.len(), dead_orphans.len()),
+            "refused: without id + unstorable + others (read off the DLQ)",
+            format!(
+                "{} + {} + {} ({} + {} + {})",
+                refused.intersection(&plan.orphans).count(),
+                refused.intersection(&plan.unstorable).count(),
+                refused.difference(&refused_expected).count(),
+                dead_orphans.len(),
+                dead_unstorable.len(),
+                dead_other.len()
+            ),
+        ),
+        (
+            "unstorable: refused at 1st attempt / retried / with an effect",
+            format!(
+                "{} / {} / {}",
+                marks.refused_first,
+                unstorable_retried.len(),
+                unstorable_effects.len()
+            ),
         ),
         (
             "downstream effect publications (distinct)",
             format!("{} ({})", downstream.len(), downstream_ids.len()),
         ),
         ("SIGKILLs", killed.to_string()),
+        (
+            "worker connections closed by the broker, reconnected (rabbitmqctl)",
+            format!("{closed_connections} (in {closes} rounds)"),
+        ),
         ("publish time", format!("{publish_time:.1?}")),
         (
             "consume time (workers start to stop)",
@@ -1776,9 +2488,11 @@ async fn run_and_verify(
     if failures.is_empty() {
         println!(
             "rabbitmq_consumer: PASS: every payment took effect exactly once ({applications} \
-             effects, none duplicated, none lost), dedup rate {}, every poison message in the \
-             dead-letter queue, every message without an id refused, every effect published \
-             downstream",
+             effects, none duplicated, none lost, the edge payments included), dedup rate {}, \
+             every poison message in the dead-letter queue, every unstorable message refused at \
+             its first attempt with no effect, every message without an id refused, every \
+             effect published downstream, the workers reconnected after {closed_connections} \
+             closed connection(s)",
             pct(dup_acked, plan.duplicates())
         );
         Ok(())
@@ -1804,9 +2518,10 @@ fn num<T: FromStr>(args: &[String], name: &str, default: T) -> Res<T> {
 
 const USAGE: &str = "usage: rabbitmq_consumer check [--postgres URL] [--messages 10000] \
     [--duplicate-percent 30] [--consumers 50] [--workers 4] [--kills 5] [--poison 5] \
-    [--without-id 5] [--id-header NAME] [--amqp HOST:PORT]";
+    [--unstorable 3] [--without-id 5] [--close-connections 1] [--id-header NAME] \
+    [--amqp HOST:PORT]";
 
-const CHECK_FLAGS: [&str; 10] = [
+const CHECK_FLAGS: [&str; 12] = [
     "--postgres",
     "--messages",
     "--duplicate-percent",
@@ -1814,7 +2529,9 @@ const CHECK_FLAGS: [&str; 10] = [
     "--workers",
     "--kills",
     "--poison",
+    "--unstorable",
     "--without-id",
+    "--close-connections",
     "--id-header",
     "--amqp",
 ];
@@ -1840,7 +2557,9 @@ async fn main() {
                     workers: num(&args, "--workers", 4)?,
                     kills: num(&args, "--kills", 5)?,
                     poison: num(&args, "--poison", 5)?,
+                    unstorable: num(&args, "--unstorable", 3)?,
                     without_id: num(&args, "--without-id", 5)?,
+                    close_connections: num(&args, "--close-connections", 1)?,
                     id_header: arg(&args, "--id-header"),
                 })
             })();

@@ -7,19 +7,22 @@
 //! - a token is handed out only after the statement that drew its block has committed, and that
 //!   commit waited for its WAL flush: a block draws more values than the sequence logs ahead
 //!   (32), so `nextval` WAL-logged in it, the statement has a transaction id, and its commit is
-//!   flushed under the session's `synchronous_commit` (`on` unless set otherwise); every token in
-//!   the block is covered by a sequence record of that flushed transaction, so no crash makes
-//!   the sequence hand one out again;
+//!   flushed whatever the session's `synchronous_commit` (`local` for that transaction when the
+//!   role, database or server set it `off`); every token in the block is covered by a sequence
+//!   record of that flushed transaction, so no crash makes the sequence hand one out again;
 //! - the tokens one store hands out increase: they are taken in order, one that a claim did not
 //!   use goes back only if no later one was taken meanwhile (else it is skipped), and once a
 //!   claim acquired with a token drawn past the block (a takeover's), the block's tokens below
 //!   it are skipped;
-//! - a block drawn before a failover is dropped once a token of a newer timeline is seen: every
-//!   token handed out afterwards is greater than every one before;
+//! - a token is used only on the timeline its block was drawn on: the claim statement compares
+//!   it with the server's and, on a newer timeline (a failover since the draw), draws the claim's
+//!   own token instead (flushed); the answer's newer timeline then drops the block here. So
+//!   every token handed out after a failover is greater than every one handed out before, by
+//!   any store;
 //! - a block is used for at most [`MAX_AGE`] after its draw: a token handed out by one instance
 //!   is below the tokens other instances drew since its block, so a key whose record was
-//!   forgotten (or expired) and claimed again through another instance may get a token below its
-//!   former holder's only within that window (a key with a row always gets a larger one: a
+//!   forgotten (or expired, or whose buffered claim a server crash lost) and claimed again
+//!   through another instance may get a token below its former holder's only within that window (a key with a row always gets a larger one: a
 //!   takeover draws its own).
 
 use std::collections::VecDeque;

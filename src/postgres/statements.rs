@@ -31,6 +31,27 @@ macro_rules! now_expr {
     };
 }
 
+/// The server's WAL timeline, as the high bits of a fencing token carry it (migration 4's
+/// `idemdb_fence_next()`, docs/design.md, "Fencing across a failover").
+macro_rules! timeline {
+    () => {
+        "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+    };
+}
+
+/// A condition that is always true and makes its statement's commit wait for the WAL flush when
+/// the session's `synchronous_commit` is `off` (set on the role, the database or the server:
+/// the store's own sessions never set it so): `local` for this transaction alone. Every
+/// statement that draws fencing tokens from the sequence carries it, since a token whose
+/// sequence record a crash loses is handed out again after recovery (`fences.rs`); any other
+/// setting already flushes, and is left as it is (`on` may also wait for standbys).
+macro_rules! flushed_if_off {
+    () => {
+        "(CASE WHEN current_setting('synchronous_commit') = 'off' \
+         THEN set_config('synchronous_commit', 'local', true) ELSE '' END) IS NOT NULL"
+    };
+}
+
 /// The columns a claim answers with, in the order of the `idemdb_claim` function's `OUT`
 /// parameters (both claim statements answer alike).
 macro_rules! claim_columns {
@@ -99,7 +120,11 @@ macro_rules! key_row {
 /// waiting for its WAL flush (`synchronous_commit` off for its transaction alone): the
 /// completion's flushed commit, later in the same WAL, makes the pending row durable with it.
 /// One flushed commit per request instead of two (docs/design.md, "One WAL flush per request").
-/// Any other claim waits for its flush, as the server's setting says.
+/// A block's token is used only on the timeline it was drawn on (`f.fresh`): a store that still
+/// holds a block from before a failover gets a token drawn here instead, greater than every
+/// token of the old timeline, and waits for its flush (the store drops the block when it sees
+/// the answer's newer timeline). Any other claim waits for its flush, as the server's setting
+/// says, and at least locally (`flushed_if_off!`).
 pub(crate) const CLAIM_FAST: &str = concat!(
     "WITH r AS (
     ",
@@ -112,11 +137,18 @@ ins AS (
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
-    " + $6::bigint, COALESCE($8::bigint, idemdb_fence_next()), 1, 0, 0, ",
+    " + $6::bigint, CASE WHEN f.fresh THEN $8::bigint ELSE idemdb_fence_next() END, 1, 0, 0, ",
     now_expr!("$7"),
     " + $5::bigint, false, $10::bigint
+    FROM (SELECT CASE WHEN $8::bigint IS NULL THEN false ELSE $8::bigint >> 47 = ",
+    timeline!(),
+    " END AS fresh) f
     WHERE NOT EXISTS (SELECT 1 FROM r)
-      AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+      AND (CASE WHEN $9::boolean AND f.fresh
+                THEN set_config('synchronous_commit', 'off', true) IS NOT NULL
+                ELSE ",
+    flushed_if_off!(),
+    " END)
     ON CONFLICT DO NOTHING
     RETURNING true AS acquired, ",
     claim_columns!("q"),
@@ -138,7 +170,8 @@ pub(crate) const CLAIM_READ: &str = key_row!("$4");
 /// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds, $8 tokens
 /// from the stores' blocks (`NULL`: drawn here; one element per call, no key twice, sorted by key
 /// so that concurrent batches lock in one order), $7 test clock, $9 whether every claim in it is
-/// buffered (then it commits without waiting for its flush). One row per call that has one, its `ord` (1-based position in the arrays) first, then
+/// buffered (then it commits without waiting for its flush, unless a token in it is of an older
+/// timeline than the server's: that call's token is drawn here, as in [`CLAIM_FAST`]). One row per call that has one, its `ord` (1-based position in the arrays) first, then
 /// the columns of [`CLAIM_FAST`]: a row inserted (`acquired`, its token drawn as the row is
 /// written), or the key's row as read; a call without a row (a concurrent insert after the
 /// snapshot) asks again alone, as does one whose row looks acquirable. Each key's row is read by
@@ -167,11 +200,20 @@ ins AS (
     now_expr!("$7"),
     ", ",
     now_expr!("$7"),
-    " + i.retention_ms, COALESCE(i.fence, idemdb_fence_next()), 1, 0, 0, ",
+    " + i.retention_ms, CASE WHEN i.fence >> 47 = t.timeline THEN i.fence \
+        ELSE idemdb_fence_next() END, 1, 0, 0, ",
     now_expr!("$7"),
     " + i.lease_ms, false, i.nonce
-    FROM i WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.ord = i.ord)
-      AND (NOT $9::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+    FROM i, (SELECT ",
+    timeline!(),
+    " AS timeline) t
+    WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.ord = i.ord)
+      AND (CASE WHEN $9::boolean AND NOT EXISTS (SELECT 1 FROM i j
+                    WHERE j.fence IS NULL OR j.fence >> 47 <> t.timeline)
+                THEN set_config('synchronous_commit', 'off', true) IS NOT NULL
+                ELSE ",
+    flushed_if_off!(),
+    " END)
     ORDER BY i.ord
     ON CONFLICT DO NOTHING
     RETURNING q.ns, q.tenant, q.key, true AS acquired, ",
@@ -188,8 +230,11 @@ SELECT * FROM r"
 /// 2 and 7 (see `migrations.rs` for how it decides), used when the key's row looked acquirable (a takeover,
 /// an expired record, a released lease). Its row: `acquired` (`NULL`: nothing decided, ask
 /// again), the acquired lease's columns, or the row as it was read.
-pub(crate) const CLAIM: &str = "SELECT * FROM idemdb_claim($1::smallint, $2::bytea, $3::bytea, \
-    $4::bytea, $5::bigint, $6::bigint, $7::bigint, $8::bigint)";
+pub(crate) const CLAIM: &str = concat!(
+    "SELECT * FROM idemdb_claim($1::smallint, $2::bytea, $3::bytea, $4::bytea, $5::bigint, \
+     $6::bigint, $7::bigint, $8::bigint) c WHERE ",
+    flushed_if_off!()
+);
 
 /// $1 ns, $2 tenant, $3 key, $4 a claim's nonce: releases the lease that claim acquired, if it
 /// did and the lease is still the row's (pending, with that nonce), as [`RELEASE`] would; one
@@ -275,9 +320,13 @@ pub(crate) const HOLDER_BATCH: &str = "SELECT ord, lease_until FROM idemdb_end_l
 
 /// $1 how many: a block of fencing tokens for buffered claims (`fences.rs`), in increasing
 /// order. More than 32 values, so `nextval` WAL-logs in the statement and its commit waits for
-/// the flush: no crash hands these tokens out again.
-pub(crate) const FENCE_BLOCK: &str =
-    "SELECT idemdb_fence_next() AS fence FROM generate_series(1, $1::integer) ORDER BY 1";
+/// the flush (whatever the session's `synchronous_commit`: `flushed_if_off!`): no crash hands
+/// these tokens out again.
+pub(crate) const FENCE_BLOCK: &str = concat!(
+    "SELECT idemdb_fence_next() AS fence FROM generate_series(1, $1::integer) WHERE ",
+    flushed_if_off!(),
+    " ORDER BY 1"
+);
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
 /// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the

@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 use idemdb::{Claim, ClaimOptions};
 
 use crate::lab::{self, bounded, until_answered, Lab, Role};
-
-#[path = "../common/relay.rs"]
-mod relay;
-use relay::Relay;
+use crate::relay::{self, Relay};
 
 const LEASE: Duration = Duration::from_secs(3);
 const LOST: usize = 4;

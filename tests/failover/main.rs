@@ -14,10 +14,15 @@
 //! `IDEMDB_FAILOVER_CALLS` (default 50).
 
 mod lab;
+/// The TCP relay the tests put between a store and a server.
+#[path = "../common/relay.rs"]
+mod relay;
 
 mod a_claim_lost_in_a_failover_is_released_not_taken_over;
+mod a_role_that_does_not_flush_never_repeats_a_token;
 mod a_server_crash_loses_buffered_claims_never_a_token;
 mod a_standby_url_is_unavailable_not_broken;
+mod a_token_block_from_before_a_failover_is_never_used_after;
 mod asynchronous_failover_never_accepts_a_lease_from_before;
 mod completions_wait_for_the_standby_when_asked;
 mod pool_heals_after_the_primary_freezes;
