@@ -1,9 +1,13 @@
 //! The async store: one API over both backends (the embedded store on disk, or PostgreSQL for a
 //! fleet). Invariants: every method means the same on both backends (same outcomes, same
-//! argument checks, from the same code); nothing here names a backend type; no call blocks a
-//! tokio worker thread on the network or on a disk sync (the embedded store's synced writes run
-//! on the blocking pool; PostgreSQL calls are async). A claim acquired for a caller that went
-//! away before the answer arrived is released, not left pending until its lease runs out.
+//! argument checks, from the same code); a method that reaches the store is a `match` on the
+//! private `Backend` (`Backend::Embedded`, the embedded `Store`; `Backend::Postgres`, the
+//! PostgreSQL backend) that calls that backend's method of the same meaning, and no public
+//! signature names the PostgreSQL backend's type (the embedded `Store` is public:
+//! [`AsyncStore::embedded`] hands it out); no call blocks a tokio worker thread on the network or
+//! on a disk sync (the embedded store's synced writes run on the blocking pool; PostgreSQL calls
+//! are async). A claim acquired for a caller that went away before the answer arrived is
+//! released, not left pending until its lease runs out.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::format::Namespace;
 #[cfg(feature = "postgres")]
 use crate::record::Checkpoint;
-use crate::record::{Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, Response};
+use crate::record::{Claim, ClaimOptions, FailKind, Lease, RecordInfo, Response};
 use crate::telemetry::spans::{Op, OpKind, Stamp};
 
 /// A store behind the async API, on disk or on PostgreSQL ([`Config::open_async`]). Cheap to
@@ -74,7 +78,7 @@ impl Config {
     }
 }
 
-type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
+use crate::record::LeaseResult;
 
 impl AsyncStore {
     pub(crate) async fn open(cfg: Config) -> Result<AsyncStore> {
@@ -91,7 +95,7 @@ impl AsyncStore {
             Durability::Buffered => Store::open(cfg)?,
             _ => match tokio::task::spawn_blocking(move || Store::open(cfg)).await {
                 Ok(r) => r?,
-                Err(e) => return Err(Error::Engine(format!("opening did not finish: {e}"))),
+                Err(e) => return Err(Error::internal("opening the store", e)),
             },
         };
         Ok(store.into())
@@ -400,12 +404,11 @@ impl AsyncStore {
     pub async fn postgres_stats(&self) -> Result<crate::postgres::PostgresStats> {
         match &self.backend {
             Backend::Postgres(pg) => pg.stats().await,
-            Backend::Embedded(_) => Err(crate::InvalidInput::Config(
-                "postgres_stats counts a store on PostgreSQL; the embedded store's counters are \
-                 Store::stats (AsyncStore::embedded)"
-                    .into(),
-            )
-            .into()),
+            Backend::Embedded(_) => Err(Error::Unsupported {
+                operation: "postgres_stats",
+                hint: "it counts a store on PostgreSQL; the embedded store's counters are \
+                       Store::stats (AsyncStore::embedded)",
+            }),
         }
     }
 
@@ -448,7 +451,7 @@ where
     let s = store.clone();
     match tokio::task::spawn_blocking(move || f(&s)).await {
         Ok(r) => r,
-        Err(e) => Err(Error::Engine(format!("store call did not finish: {e}"))),
+        Err(e) => Err(Error::internal("a store call on the blocking pool", e)),
     }
 }
 
@@ -504,11 +507,11 @@ impl Future for PooledClaim {
             Poll::Pending => Poll::Pending,
             Poll::Ready(answer) => {
                 this.rx = None;
-                Poll::Ready(answer.unwrap_or_else(|_| {
-                    Err(Error::Engine(
-                        "the claim on the blocking pool did not finish".into(),
-                    ))
-                }))
+                Poll::Ready(
+                    answer.unwrap_or_else(|e| {
+                        Err(Error::internal("a claim on the blocking pool", e))
+                    }),
+                )
             }
         }
     }

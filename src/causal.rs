@@ -1,10 +1,14 @@
-//! Version vectors and causal writes. Invariants: merge is a pointwise maximum (commutative,
-//! associative, idempotent); a causal write removes exactly the siblings its context has seen and
-//! keeps every concurrent one, so no concurrent write is silently lost; a causal entity (all its
-//! siblings and context) and a merged replica vector never grow past the store's value limit
-//! (`Config::max_response_bytes`): the write that would pass it is refused, so every stored value
-//! stays readable; the merge operator for replica vectors is total and deterministic (it keeps
-//! what it cannot read, never fails, never reads the clock).
+//! Version vectors and causal writes, the vocabulary and the code both backends share: the public
+//! types ([`VersionVector`], [`Causality`], [`Sibling`], [`Siblings`]), the argument checks, the
+//! state a causal write or delete leaves (`put_sibling`, `delete_seen`), the stored encodings with
+//! their bound (`seal_causal`, `check_vv_bound`) and the replica-vector merge operator
+//! (`merge_vv_operands`). Invariants: merge is a pointwise maximum (commutative, associative,
+//! idempotent); a causal write removes exactly the siblings its context has seen and keeps every
+//! concurrent one, so no concurrent write is silently lost; a causal entity (all its siblings and
+//! context) and a merged replica vector past the store's value limit
+//! (`Config::max_response_bytes`) are refused, never stored, so every stored value stays
+//! readable; the merge operator is total and deterministic (it keeps what it cannot read, never
+//! fails, never reads the clock).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

@@ -1,8 +1,12 @@
-//! Idempotent event consumers: message deduplication per consumer group. Invariant: a message is
-//! a record in the consumer namespace of the records column family, keyed by (group, message id),
-//! so it has exactly the request lifecycle (leases, fencing, takeover, expiry); a message that has
-//! been attempted `max_attempts` times is stored as a terminal "poisoned" failure and never
-//! handed out again until it expires.
+//! Idempotent event consumers, the vocabulary and the rules both backends share: the public
+//! [`ConsumerOptions`], [`Begin`] and [`MessageFailed`]; a delivery's claim options
+//! (`claim_options`: durable from the claim on, so that the attempts of crashed workers count);
+//! what a delivery's claim means (`begin_step`); how a failed attempt ends its lease
+//! (`message_failure`); the poison marker. Invariants: a delivery is a claim of (group, message
+//! id) in the consumer namespace, so it has the request lifecycle (leases, fencing, takeover,
+//! expiry); a message acquired past `max_attempts` (its workers kept crashing), or failing its
+//! `max_attempts`-th attempt, is stored as a terminal "poisoned" failure and answered
+//! `Begin::Poisoned`, never handed out again until it expires.
 
 use std::time::Duration;
 

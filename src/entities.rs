@@ -1,7 +1,13 @@
-//! Versioned entities with compare-and-swap. Invariant: an entity's version goes up by exactly one
-//! with every write (create, replace, put, delete) and is never reused, because a delete leaves a
-//! tombstone that keeps the version; a failed condition writes nothing and reports the current
-//! version and value.
+//! Versioned entities, the vocabulary and rules both backends share: the public types
+//! ([`Version`], [`Versioned`], [`Expect`], [`Conflict`], [`UpdateOptions`], the HTTP entity
+//! tags), the argument checks of a write, the embedded store's value layout (`encode_entity`, a
+//! tombstone keeping its version), and the loop of `update_entity` (`Retries`, `Backoff`), which
+//! each backend drives with its own reads, writes and sleeps. Invariants: a condition holds as
+//! `Expect::holds` says (`Absent`: no live entity, a tombstone counting as none; `Version(v)`: a
+//! live entity at exactly `v`), and on PostgreSQL `idemdb_put_entity` decides the same; the next
+//! version is one more than the stored one, tombstone included, so no version is reused; a value
+//! over the size limit is refused before anything is written; the loop makes at most
+//! `max_attempts` attempts, then gives up with [`Error::Contention`].
 
 use std::time::Duration;
 

@@ -3,6 +3,7 @@
 //! RocksDB's errors are classified once, in the engine, into the variants below.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The result type of every fallible idemdb call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -41,6 +42,9 @@ pub enum Error {
         kind: std::io::ErrorKind,
         /// The engine's or the operating system's message.
         message: String,
+        /// The operating system's error itself, where idemdb called it (creating a directory);
+        /// `None` for RocksDB's, which reports I/O failures as text only.
+        source: Option<Cause>,
     },
     /// An optimistic update met a conflict on every one of its attempts.
     Contention {
@@ -72,6 +76,8 @@ pub enum Error {
     Unavailable {
         /// What failed, as the client or the database said it.
         message: String,
+        /// The client's error, when there was one (`None` for a bound that ran out).
+        source: Option<Cause>,
     },
     /// The database's idemdb schema is not the version this build uses (PostgreSQL backend).
     /// Nothing was changed.
@@ -99,6 +105,8 @@ pub enum Error {
     ConnectionRejected {
         /// What the client or the server said, and what to check.
         message: String,
+        /// The client's error, when there was one.
+        source: Option<Cause>,
     },
     /// Opening waited longer than [`crate::Config::migration_lock_timeout`] for the schema's
     /// migration lock (PostgreSQL backend): another instance is applying the schema, or a long
@@ -107,7 +115,63 @@ pub enum Error {
         /// How long it waited.
         waited: std::time::Duration,
     },
+    /// The call was made in a way the API does not allow: a SQL transaction used after it
+    /// ended, a commit built on another store than the transaction that applies it, a result
+    /// column of a type [`crate::SqlValue`] does not hold. Not transient: the calling code
+    /// must change. Nothing was changed.
+    Misuse {
+        /// What was wrong, and what to do instead.
+        message: String,
+    },
+    /// A task of idemdb's did not finish: the blocking pool's thread panicked, or the runtime
+    /// shut down under it. What the call did is unknown (a claim may have acquired its key:
+    /// its lease then runs out and the next claim takes it over). Not transient; a bug to
+    /// report, with the `source()` it carries.
+    Internal {
+        /// What did not finish.
+        message: String,
+        /// Why: the task's join error.
+        source: Option<Cause>,
+    },
 }
+
+/// The underlying error an [`Error`] was made from ([`std::error::Error::source`] returns it):
+/// the operating system's `std::io::Error`, the PostgreSQL client's error, a task's join
+/// error. Cloned cheaply (shared); two causes compare equal when they read the same, so that
+/// errors compare by what they say.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(e))
+    }
+
+    /// The underlying error.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 impl Error {
     /// A short, stable name of the error's kind, as spans and the `idemdb_errors_total` metric
@@ -130,13 +194,17 @@ impl Error {
             Error::ReadOnly => "read_only",
             Error::ConnectionRejected { .. } => "connection_rejected",
             Error::MigrationTimeout { .. } => "migration_timeout",
+            Error::Misuse { .. } => "misuse",
+            Error::Internal { .. } => "internal",
         }
     }
 
     /// Whether retrying the same call later can succeed with nothing changed in the
     /// configuration: [`Error::Unavailable`], [`Error::Busy`], [`Error::Contention`] and
     /// [`Error::MigrationTimeout`]. Bad input, damaged data, a configuration the database
-    /// rejects ([`Error::ConnectionRejected`]) or a schema of another version are not.
+    /// rejects ([`Error::ConnectionRejected`]) or a schema of another version are not. The
+    /// one rule of transience: every layer of idemdb (the HTTP layer's 503, the fleet's retries)
+    /// asks it.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -194,6 +262,8 @@ pub enum InvalidInput {
         /// What to do about it.
         hint: &'static str,
     },
+    /// A commit names the same entity, reservation or lease twice. Nothing was written.
+    NamedTwice,
     /// A text value (a response's metadata, a checkpoint's phase) held a NUL byte, which
     /// PostgreSQL's text cannot store; refused on both backends alike. Nothing was written.
     NulByte {
@@ -222,7 +292,7 @@ impl fmt::Display for Error {
                 "this lease was issued by a different store; pass leases only to the store that issued them"
             ),
             Error::Busy(m) => write!(f, "storage engine busy, retry the call: {m}"),
-            Error::Io { kind, message } => write!(
+            Error::Io { kind, message, .. } => write!(
                 f,
                 "I/O error ({kind}; check disk space and permissions): {message}"
             ),
@@ -242,7 +312,7 @@ impl fmt::Display for Error {
                  other threads, the HTTP layer or a consumer); the database closes when the last \
                  one is dropped: drop them, then close"
             ),
-            Error::Unavailable { message } => write!(
+            Error::Unavailable { message, .. } => write!(
                 f,
                 "the database is unavailable ({message}); nothing was decided by this call: \
                  retry after a moment"
@@ -262,7 +332,7 @@ impl fmt::Display for Error {
                  `idemdb stats` open it) and the call would write; nothing was changed: open it \
                  writable, in the process that owns the directory"
             ),
-            Error::ConnectionRejected { message } => write!(
+            Error::ConnectionRejected { message, .. } => write!(
                 f,
                 "the database rejected the connection as configured ({message}); this is not \
                  transient: fix the URL or the Config (sslmode, sslrootcert, user, password, \
@@ -273,6 +343,12 @@ impl fmt::Display for Error {
                 "waited {waited:?} for the schema's migration lock: another instance is \
                  applying the schema, or a long transaction holds a table it changes; retry the \
                  open (Config::migration_lock_timeout bounds the wait)"
+            ),
+            Error::Misuse { message } => write!(f, "not allowed: {message}"),
+            Error::Internal { message, .. } => write!(
+                f,
+                "an idemdb task did not finish ({message}); what the call did is unknown. \
+                 This is a bug: please report it with this error's source"
             ),
         }
     }
@@ -302,6 +378,10 @@ impl fmt::Display for InvalidInput {
             InvalidInput::LimitReached { what, limit, hint } => {
                 write!(f, "the {what} would pass its limit of {limit}; {hint}")
             }
+            InvalidInput::NamedTwice => write!(
+                f,
+                "the commit names the same entity, reservation or lease twice: name each once"
+            ),
             InvalidInput::NulByte { what } => write!(
                 f,
                 "the {what} contains a NUL byte (\\0), which a store on PostgreSQL cannot keep \
@@ -311,7 +391,76 @@ impl fmt::Display for InvalidInput {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidInput(i) => Some(i),
+            Error::Io { source, .. }
+            | Error::Unavailable { source, .. }
+            | Error::ConnectionRejected { source, .. }
+            | Error::Internal { source, .. } => source
+                .as_ref()
+                .map(|c| c.get() as &(dyn std::error::Error + 'static)),
+            _ => None,
+        }
+    }
+}
+
+impl std::error::Error for InvalidInput {}
+
+impl Error {
+    /// The database is unavailable, as `message` says (no underlying error).
+    pub(crate) fn unavailable(message: impl Into<String>) -> Error {
+        Error::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A task of idemdb's that did not finish (`what`), with its join error.
+    pub(crate) fn internal(
+        what: impl Into<String>,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Internal {
+            message: what.into(),
+            source: Some(Cause::new(e)),
+        }
+    }
+
+    /// The call was made in a way the API does not allow.
+    pub(crate) fn misuse(message: impl Into<String>) -> Error {
+        Error::Misuse {
+            message: message.into(),
+        }
+    }
+
+    /// This error with `e` as its source, where its variant keeps one (the others are
+    /// returned as they are).
+    pub(crate) fn with_source(
+        mut self,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        match &mut self {
+            Error::Io { source, .. }
+            | Error::Unavailable { source, .. }
+            | Error::ConnectionRejected { source, .. }
+            | Error::Internal { source, .. } => *source = Some(Cause::new(e)),
+            _ => {}
+        }
+        self
+    }
+}
+
+/// An I/O error of the operating system, kept whole: its kind, its message, and itself as the
+/// source.
+pub(crate) fn io(context: impl fmt::Display, e: std::io::Error) -> Error {
+    Error::Io {
+        kind: e.kind(),
+        message: format!("{context}: {e}"),
+        source: Some(Cause::new(e)),
+    }
+}
 
 impl From<InvalidInput> for Error {
     fn from(i: InvalidInput) -> Self {
@@ -344,7 +493,11 @@ pub(crate) fn io_from_message(message: String) -> Error {
     } else {
         K::Other
     };
-    Error::Io { kind, message }
+    Error::Io {
+        kind,
+        message,
+        source: None,
+    }
 }
 
 pub(crate) fn encoding(what: &'static str, reason: impl Into<String>) -> Error {

@@ -88,7 +88,7 @@ pub use embedded::Store;
 pub use entities::{
     etag, expect_from_headers, parse_etag, Conflict, Expect, UpdateOptions, Version, Versioned,
 };
-pub use error::{Error, InvalidInput, Result};
+pub use error::{Cause, Error, InvalidInput, Result};
 pub use keys::{derive_key, fingerprint, mint_key};
 pub use offsets::OffsetWindow;
 #[cfg(feature = "postgres")]
@@ -98,8 +98,8 @@ pub use postgres::replay_tier::ReplayTierStats;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStats, SqlTransaction, SqlValue};
 pub use record::{
-    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo, RecordState, Replay,
-    ReplayView, Response,
+    Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, LeaseResult, RecordInfo,
+    RecordState, Replay, ReplayView, Response,
 };
 pub use requests::{Execution, MAX_FINGERPRINT_LEN};
 pub use telemetry::counters::{Counters, Stats};
@@ -123,6 +123,56 @@ pub mod __internal {
     /// (with the index as its tenant).
     pub fn composite(parts: &[&[u8]]) -> Vec<u8> {
         crate::format::composite(parts)
+    }
+
+    /// The claim rule (`requests::claim_step`) on one case, for the test that holds the SQL's
+    /// copy to it: `found` is the key's record as (expires at, fingerprint, state, lease end),
+    /// the state one of `pending`, `released`, `completed`, `failed`. The step's name: `absent`,
+    /// `expired`, `mismatch`, `completed`, `failed`, `in_progress`, `acquire` or `takeover`.
+    pub fn claim_rule(
+        found: Option<(u64, &[u8], &str, u64)>,
+        fingerprint: &[u8],
+        now: u64,
+    ) -> &'static str {
+        use crate::requests::{claim_step, ClaimStep, Found, Seen};
+        let found = found.map(|(expires_at, fingerprint, state, lease_until)| Found {
+            expires_at,
+            fingerprint,
+            state: match state {
+                "pending" => Seen::Pending { lease_until },
+                "released" => Seen::Released,
+                "completed" => Seen::Completed(()),
+                _ => Seen::Failed(()),
+            },
+        });
+        match claim_step(found, fingerprint, now) {
+            ClaimStep::Absent => "absent",
+            ClaimStep::Expired => "expired",
+            ClaimStep::Mismatch => "mismatch",
+            ClaimStep::Completed(()) => "completed",
+            ClaimStep::Failed(()) => "failed",
+            ClaimStep::InProgress { .. } => "in_progress",
+            ClaimStep::Acquire { takeover: false } => "acquire",
+            ClaimStep::Acquire { takeover: true } => "takeover",
+        }
+    }
+
+    /// The holder rule (`requests::lease_lost`) on one case: `found` is the key's record as
+    /// (live, state as in [`claim_rule`], fence); `None` when the lease with token `ours` still
+    /// holds it.
+    pub fn holder_rule(found: Option<(bool, &str, u64)>, ours: u64) -> Option<crate::LeaseLost> {
+        use crate::requests::{lease_lost, Holding, Seen};
+        let found = found.map(|(live, state, fence)| Holding {
+            live,
+            state: match state {
+                "pending" => Seen::Pending { lease_until: 0 },
+                "released" => Seen::Released,
+                "completed" => Seen::Completed(()),
+                _ => Seen::Failed(()),
+            },
+            fence,
+        });
+        lease_lost(found, ours)
     }
 
     /// The record key of request `(tenant, key)`.

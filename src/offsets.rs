@@ -1,10 +1,12 @@
-//! Offset watermarks per (group, topic, partition). Invariant: the stored window is the join of
-//! every update ever merged: `next` (every offset below it is processed) is the maximum seen, the
-//! set holds processed offsets at or above `next`, and normalisation moves `next` past any offsets
-//! that became contiguous. Join is commutative, associative and idempotent, so updates are blind
-//! merges, and storage is O(out-of-order window), not O(messages): a mark that would take the
-//! window past `Config::max_offset_gaps` processed offsets above the watermark is refused, so a
-//! stored window always stays readable.
+//! Offset windows per (group, topic, partition), the vocabulary and the code both backends share:
+//! the public [`OffsetWindow`], its join and normalisation, the embedded store's encoding and
+//! merge operator (`merge_offset_operands`), and the refusal of a mark past the limit
+//! (`window_full`). Invariants: join is commutative, associative and idempotent (the larger
+//! `next`, the union of the offsets above it), and normalisation moves `next` past every offset
+//! that became contiguous, so a window is the join of every mark and watermark whatever their
+//! order, on either backend; `next` never counts past `u64::MAX` (that offset stays in the set);
+//! the merge operator is total and deterministic (it keeps what it cannot read, never fails, never
+//! reads the clock).
 
 use std::collections::BTreeSet;
 

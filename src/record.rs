@@ -206,6 +206,12 @@ pub enum FailKind {
     Terminal(Response),
 }
 
+/// A lease holder's call that may find its lease lost: `Ok` with what it did, or `Err` with
+/// why it changed nothing. An expected outcome, not an error: every holder's call (complete,
+/// fail, renew, checkpoint, `fail_message`, a reservation under a lease) answers
+/// `Result<LeaseResult<T>>`.
+pub type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
+
 /// Why a lease holder's call changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]

@@ -1,8 +1,11 @@
-//! Request idempotency records: claim, complete, fail, renew, checkpoint, execute, and the
-//! operator's get and forget. Invariants: a claim that acquires writes a pending record with a new
-//! fencing token under the key's stripe, and of any number of concurrent claimers exactly one
-//! acquires; an answer that writes nothing (a replay, a mismatch, in progress) is given from one
-//! read, with or without the stripe; only the holder of the current token leaves `Pending`.
+//! Request records, the part both backends share: what `execute` answers ([`Execution`]) and the
+//! argument checks of a claim, a response and a checkpoint (the names, the fingerprint's length,
+//! lease and retention, the size limit, no NUL byte where PostgreSQL keeps text). Invariants:
+//! each check runs before anything is written or sent, so a refused call changes nothing, and
+//! both backends refuse the same calls with the same error.
+//! The rules both backends decide by ([`claim_step`], [`lease_lost`], [`names_twice`]) are
+//! written here once, without I/O; where SQL restates them (`idemdb_claim`, `idemdb_holder`),
+//! `fleet::the_claim_and_holder_rules_are_the_sql_s` feeds the same cases to both.
 
 use std::time::Duration;
 
@@ -12,6 +15,138 @@ use crate::error::{InvalidInput, Result};
 use crate::record::{
     check_duration, Checkpoint, ClaimOptions, FailKind, LeaseLost, Replay, Response,
 };
+
+/// A stored request's state as the claim and holder rules read it: each backend maps its own
+/// representation (an encoded record, a borrowed view, a row) into it. `R` is what a finished
+/// record replays, in whatever form the backend has it at hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen<R> {
+    /// Held by a lease until `lease_until` (after which the lease has run out).
+    Pending {
+        /// When the lease ends.
+        lease_until: Millis,
+    },
+    /// Released by a retryable failure.
+    Released,
+    /// Completed: replayed.
+    Completed(R),
+    /// Failed terminally: replayed.
+    Failed(R),
+}
+
+/// A key's stored record, as the claim rule reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found<'a, R> {
+    /// When the record expires (it is then treated as absent).
+    pub(crate) expires_at: Millis,
+    /// The fingerprint it was claimed with.
+    pub(crate) fingerprint: &'a [u8],
+    /// Its state.
+    pub(crate) state: Seen<R>,
+}
+
+/// What a key's record decides for a claim: the claim rule (docs/design.md, "Invariants", "The
+/// rules, written once").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimStep<R> {
+    /// No record: the claim writes a new one (attempt 1).
+    Absent,
+    /// An expired record: treated as absent (a new record, attempt 1).
+    Expired,
+    /// A live record claimed with another fingerprint.
+    Mismatch,
+    /// A live completed record: replayed.
+    Completed(R),
+    /// A live terminally failed record: replayed.
+    Failed(R),
+    /// A live lease: another caller holds the key for `retry_after` more.
+    InProgress {
+        /// Until the lease ends.
+        retry_after: Duration,
+    },
+    /// Released for a retry, or a lease that ran out (a takeover): the claim acquires the
+    /// record, its next attempt.
+    Acquire {
+        /// Whether a lease was still pending (it ran out): the new holder takes it over.
+        takeover: bool,
+    },
+}
+
+impl<R> ClaimStep<R> {
+    /// The same step, its replay (if any) mapped by `f`.
+    pub(crate) fn map_replay<S>(self, f: impl FnOnce(R) -> S) -> ClaimStep<S> {
+        match self {
+            ClaimStep::Absent => ClaimStep::Absent,
+            ClaimStep::Expired => ClaimStep::Expired,
+            ClaimStep::Mismatch => ClaimStep::Mismatch,
+            ClaimStep::Completed(r) => ClaimStep::Completed(f(r)),
+            ClaimStep::Failed(r) => ClaimStep::Failed(f(r)),
+            ClaimStep::InProgress { retry_after } => ClaimStep::InProgress { retry_after },
+            ClaimStep::Acquire { takeover } => ClaimStep::Acquire { takeover },
+        }
+    }
+}
+
+/// The claim rule, in order: no record, or an expired one, is acquired as new; another
+/// fingerprint is a mismatch; a finished record replays; a live lease is in progress; a released
+/// record, or a lease that ran out, is acquired (the latter as a takeover).
+pub(crate) fn claim_step<R>(
+    found: Option<Found<'_, R>>,
+    fingerprint: &[u8],
+    now: Millis,
+) -> ClaimStep<R> {
+    let Some(found) = found else {
+        return ClaimStep::Absent;
+    };
+    if found.expires_at <= now {
+        return ClaimStep::Expired;
+    }
+    if found.fingerprint != fingerprint {
+        return ClaimStep::Mismatch;
+    }
+    match found.state {
+        Seen::Completed(r) => ClaimStep::Completed(r),
+        Seen::Failed(r) => ClaimStep::Failed(r),
+        Seen::Pending { lease_until } if lease_until > now => ClaimStep::InProgress {
+            retry_after: Duration::from_millis(lease_until - now),
+        },
+        Seen::Pending { .. } => ClaimStep::Acquire { takeover: true },
+        Seen::Released => ClaimStep::Acquire { takeover: false },
+    }
+}
+
+/// A key's stored record, as a lease holder's call (complete, fail, renew, checkpoint) finds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holding {
+    /// Whether the record has not expired.
+    pub(crate) live: bool,
+    /// Its state (finished records carry nothing here).
+    pub(crate) state: Seen<()>,
+    /// Its current fencing token.
+    pub(crate) fence: u64,
+}
+
+/// The holder rule: why a lease with token `ours` no longer holds the key's record (`found`:
+/// `None` when there is none), or `None` when it still does (the pending record of its token).
+pub(crate) fn lease_lost(found: Option<Holding>, ours: u64) -> Option<LeaseLost> {
+    let Some(h) = found.filter(|h| h.live) else {
+        return Some(LeaseLost::Gone);
+    };
+    match h.state {
+        Seen::Completed(()) | Seen::Failed(()) => Some(LeaseLost::Finished),
+        Seen::Released => Some(LeaseLost::Released),
+        Seen::Pending { .. } if h.fence != ours => Some(LeaseLost::TakenOver {
+            current_fence: h.fence,
+        }),
+        Seen::Pending { .. } => None,
+    }
+}
+
+/// The refusal of a commit that names one entity, reservation or lease twice (both backends
+/// check it before anything is written or sent).
+pub(crate) fn names_twice() -> crate::error::Error {
+    InvalidInput::NamedTwice.into()
+}
 
 /// Longest request fingerprint accepted, in bytes.
 pub const MAX_FINGERPRINT_LEN: usize = 1024;

@@ -1,9 +1,12 @@
-//! Unique constraints: reservations on business values. Invariant: at most one live reservation
-//! per (index, value), decided under the value's lock stripe; a reservation bound to a lease is
-//! owned by that lease's whole identity (its record key: namespace, tenant and key) and is live
-//! only while that record is pending with the same fencing token and an unexpired lease, so
-//! completing, failing, losing or letting the lease expire frees the value; no plain owner and no
-//! other lease (of another tenant with the same key, say) can re-bind or release it.
+//! Unique reservations, the vocabulary both backends share: the outcomes ([`Reservation`],
+//! [`Released`]) and, for the embedded store, a reservation as stored (`StoredReservation`: a
+//! plain owner, or the record key and fencing token of the lease it is bound to, with an empty
+//! owner) and the key of a value (`unique_key`: the index and the value's parts, composed
+//! injectively). Invariants: a plain owner and a bound one are never the same owner, and two
+//! bound ones are the same exactly when they name the same record (namespace, tenant and key), so
+//! no plain owner and no other lease (of another tenant with the same key, say) can re-bind or
+//! release a value bound to a lease; a bound reservation's owner is never disclosed (`Taken` and
+//! `NotOwner` carry it empty).
 
 use serde::{Deserialize, Serialize};
 

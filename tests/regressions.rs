@@ -552,3 +552,71 @@ mod demo_verdict_holds_whatever_order_the_clients_run_in {
         }
     }
 }
+
+/// Errors keep their cause (issue 44 item 4): an operating-system failure is `Error::Io` with
+/// the `std::io::Error` itself as its `source()` (its kind matchable, not recovered from text),
+/// a database that cannot be reached is `Error::Unavailable` with the client's error as its
+/// source, and a call the backend cannot make is `Error::Unsupported`, not invalid input.
+mod errors_keep_their_cause {
+    use std::error::Error as _;
+
+    use idemdb::{Config, Error};
+
+    #[test]
+    fn an_io_failure_carries_the_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let err = Config::new(file.join("store")).open().unwrap_err();
+        let Error::Io { kind, .. } = &err else {
+            panic!("opening a store under a file: {err:?}, not Error::Io");
+        };
+        let source = err.source().expect("an I/O error has its source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("the source is the std::io::Error itself");
+        assert_eq!(io.kind(), *kind);
+        assert!(!err.is_transient());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_database_carries_the_client_error() {
+        // A port nothing listens on (bound, then closed).
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let url = format!("postgres://postgres@127.0.0.1:{port}/test");
+        let Err(err) = Config::postgres(&url)
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .open_async()
+            .await
+        else {
+            panic!("opened a store on {url}, where nothing listens");
+        };
+        assert!(
+            matches!(err, Error::Unavailable { .. }),
+            "a refused connection: {err:?}"
+        );
+        assert!(err.is_transient());
+        assert!(
+            err.source().is_some(),
+            "the client's error is the source: {err:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_the_backend_lacks_is_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Config::new(dir.path()).open_async().await.unwrap();
+        let err = store.postgres_stats().await.unwrap_err();
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "postgres_stats on the embedded store: {err:?}"
+        );
+        let Err(err) = store.transaction().await else {
+            panic!("the embedded store opened an SQL transaction");
+        };
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    }
+}

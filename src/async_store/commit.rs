@@ -38,12 +38,11 @@ impl AsyncStore {
     pub async fn transaction(&self) -> Result<crate::postgres::SqlTransaction> {
         match &self.backend {
             Backend::Postgres(pg) => crate::postgres::SqlTransaction::begin(pg.sql.clone()).await,
-            Backend::Embedded(_) => Err(crate::InvalidInput::Config(
-                "the application's SQL transaction needs the PostgreSQL backend; on the \
-                 embedded store write the business data in the commit (AsyncCommit::put)"
-                    .into(),
-            )
-            .into()),
+            Backend::Embedded(_) => Err(crate::Error::Unsupported {
+                operation: "an application SQL transaction",
+                hint: "it needs the PostgreSQL backend; on the embedded store write the \
+                       business data in the commit (AsyncCommit::put)",
+            }),
         }
     }
 }
@@ -82,10 +81,9 @@ impl crate::postgres::SqlTransaction {
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
         match &commit.store.backend {
             Backend::Postgres(pg) => self.commit_plan(pg, commit.plan).await,
-            Backend::Embedded(_) => Err(crate::InvalidInput::Config(
-                "the commit was built on another store than the transaction's".into(),
-            )
-            .into()),
+            Backend::Embedded(_) => Err(crate::Error::misuse(
+                "the commit was built on another store than the transaction's",
+            )),
         }
     }
 }

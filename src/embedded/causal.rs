@@ -1,10 +1,12 @@
-//! Version vectors and causal writes. Invariants: merge is a pointwise maximum (commutative,
-//! associative, idempotent); a causal write removes exactly the siblings its context has seen and
-//! keeps every concurrent one, so no concurrent write is silently lost; a causal entity (all its
-//! siblings and context) and a merged replica vector never grow past the store's value limit
-//! (`Config::max_response_bytes`): the write that would pass it is refused, so every stored value
-//! stays readable; the merge operator for replica vectors is total and deterministic (it keeps
-//! what it cannot read, never fails, never reads the clock).
+//! Causal writes and replica version vectors on the embedded store: a write or delete is read,
+//! computed by the shared code (`src/causal.rs`) and written under the key's lock stripe; a replica
+//! vector is a RocksDB merge, folded by `causal::merge_vv_operands`. Invariants: merge is a
+//! pointwise maximum (commutative, associative, idempotent); a causal write removes exactly the
+//! siblings its context has seen and keeps every concurrent one, so no concurrent write is silently
+//! lost; a causal entity (all its siblings and context) and a merged replica vector never grow past
+//! the store's value limit (`Config::max_response_bytes`): the write that would pass it is refused,
+//! so every stored value stays readable; the merge operator for replica vectors is total and
+//! deterministic (it keeps what it cannot read, never fails, never reads the clock).
 
 use crate::causal::{
     check_causal_put, check_vv_bound, delete_seen, encode_vv, put_sibling, seal_causal, Siblings,

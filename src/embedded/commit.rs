@@ -8,7 +8,7 @@ use crate::embedded::core::{add_record, check_holder};
 use crate::embedded::engine::Cf;
 use crate::embedded::Store;
 use crate::entities::{encode_entity, next_version, Expect};
-use crate::error::{InvalidInput, Result};
+use crate::error::Result;
 use crate::format::{entity_key, Kind};
 use crate::record::{FailKind, Lease};
 use crate::telemetry::counters::Metrics;
@@ -89,10 +89,7 @@ impl<'s> Commit<'s> {
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         if sorted.windows(2).any(|w| w.first() == w.get(1)) {
-            return Err(InvalidInput::Config(
-                "a commit names the same entity or lease twice".into(),
-            )
-            .into());
+            return Err(crate::requests::names_twice());
         }
         let mut locked = store.core.lock_many(keys.iter().map(|(_, k)| *k));
         let now = store.now();

@@ -1,8 +1,8 @@
-//! Idempotent event consumers: message deduplication per consumer group. Invariant: a message is
-//! a record in the consumer namespace of the records column family, keyed by (group, message id),
-//! so it has exactly the request lifecycle (leases, fencing, takeover, expiry); a message that has
-//! been attempted `max_attempts` times is stored as a terminal "poisoned" failure and never
-//! handed out again until it expires.
+//! Idempotent event consumers on the embedded store: message deduplication per consumer group.
+//! Invariant: a message is a record in the consumer namespace of the records column family, keyed
+//! by (group, message id), so it has exactly the request lifecycle (leases, fencing, takeover,
+//! expiry); a message that has been attempted `max_attempts` times is stored as a terminal
+//! "poisoned" failure and never handed out again until it expires.
 
 use std::borrow::Borrow;
 
@@ -12,7 +12,7 @@ use crate::consumer::{
 };
 use crate::embedded::Store;
 use crate::error::Result;
-use crate::record::{FailKind, Lease, LeaseLost};
+use crate::record::{FailKind, Lease};
 
 impl Store {
     /// A delivery of `message_id` to consumer `group`. Groups are independent namespaces, and no
@@ -49,7 +49,7 @@ impl Store {
         &self,
         lease: &Lease,
         opts: impl Borrow<ConsumerOptions>,
-    ) -> Result<std::result::Result<MessageFailed, LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult<MessageFailed>> {
         let (kind, outcome) = message_failure(lease, opts.borrow());
         Ok(self.fail(lease, kind)?.map(|()| outcome))
     }

@@ -32,6 +32,7 @@ use crate::embedded::waits::Finished;
 use crate::error::{corrupted, Error, Result};
 use crate::format;
 use crate::record::{Lease, LeaseLost, Record, State};
+use crate::requests::{lease_lost, Holding, Seen};
 use crate::telemetry::counters::Metrics;
 
 /// Fencing tokens are reserved in blocks of this many: one write of the high-water mark per
@@ -77,9 +78,8 @@ impl Core {
     pub(crate) fn open(cfg: Config) -> Result<Core> {
         cfg.validate()?;
         if !cfg.read_only {
-            std::fs::create_dir_all(&cfg.path).map_err(|e| Error::Io {
-                kind: e.kind(),
-                message: format!("cannot create {}: {e}", cfg.path.display()),
+            std::fs::create_dir_all(&cfg.path).map_err(|e| {
+                crate::error::io(format_args!("cannot create {}", cfg.path.display()), e)
             })?;
         }
         let (engine, created) = Engine::open(
@@ -359,22 +359,27 @@ pub(crate) fn add_record(
     Ok(())
 }
 
-/// Whether `lease` is the current holder of `rec` at `now`; `Ok` carries the record to change.
+/// Whether `lease` is the current holder of `rec` at `now` (the holder rule,
+/// [`crate::requests::lease_lost`]); `Ok` carries the record to change.
 pub(crate) fn check_holder(
     rec: Option<Record>,
     lease: &Lease,
     now: Millis,
 ) -> std::result::Result<Record, LeaseLost> {
-    let Some(rec) = rec.filter(|r| r.expires_at > now) else {
-        return Err(LeaseLost::Gone);
-    };
-    match rec.state {
-        State::Completed { .. } | State::Failed { .. } => Err(LeaseLost::Finished),
-        State::Released => Err(LeaseLost::Released),
-        State::Pending { .. } if rec.fence != lease.fence => Err(LeaseLost::TakenOver {
-            current_fence: rec.fence,
-        }),
-        State::Pending { .. } => Ok(rec),
+    let holding = rec.as_ref().map(|r| Holding {
+        live: r.expires_at > now,
+        state: match r.state {
+            State::Pending { lease_until } => Seen::Pending { lease_until },
+            State::Released => Seen::Released,
+            State::Completed { .. } => Seen::Completed(()),
+            State::Failed { .. } => Seen::Failed(()),
+        },
+        fence: r.fence,
+    });
+    match (lease_lost(holding, lease.fence), rec) {
+        (None, Some(rec)) => Ok(rec),
+        (Some(lost), _) => Err(lost),
+        (None, None) => Err(LeaseLost::Gone),
     }
 }
 

@@ -1,6 +1,7 @@
-//! Versioned entities with compare-and-swap. Invariant: an entity's version goes up by exactly one
-//! with every write (create, replace, put, delete) and is never reused, because a delete leaves a
-//! tombstone that keeps the version; a failed condition writes nothing and reports the current
+//! Versioned entities with compare-and-swap on the embedded store, each write decided under the
+//! entity's lock stripe and written in one batch. Invariant: an entity's version goes up by exactly
+//! one with every write (create, replace, put, delete) and is never reused, because a delete leaves
+//! a tombstone that keeps the version; a failed condition writes nothing and reports the current
 //! version and value.
 
 use crate::embedded::engine::Cf;

@@ -1,8 +1,11 @@
 //! The embedded backend: a whole store on RocksDB in local files. Invariant: a `Store` is a cheap
 //! handle to one shared [`Core`]; every public operation is a method on it, implemented in the file
-//! of its concept (`requests`, `entities`, `causal`, `offsets`, `unique`, `consumer`, `commit`,
-//! `maintenance`, `inspect`, the same names as in `src/postgres/`), each of which keeps the core's
-//! contract (see `core.rs`). Only `engine/` names RocksDB.
+//! of its concept, each of which keeps the core's contract (see `core.rs`): `requests`, `entities`,
+//! `causal`, `offsets`, `unique`, `commit` and `waits`, the names `src/postgres/` gives the same
+//! concepts; and `consumer`, `maintenance` and `inspect`, which have no file of that name there
+//! (on PostgreSQL a delivery is a claim `async_store/consumers.rs` makes, the sweep is in
+//! `requests.rs`, the statistics in `stats.rs`, and `idemdb inspect --postgres` reads a record
+//! with `get`). Only `engine/` names RocksDB.
 
 pub(crate) mod causal;
 pub(crate) mod codec;
@@ -11,6 +14,8 @@ mod consumer;
 pub(crate) mod core;
 pub(crate) mod engine;
 mod entities;
+#[cfg(test)]
+mod format_1_bytes_decode_forever;
 pub(crate) mod inspect;
 mod maintenance;
 mod offsets;

@@ -1,10 +1,11 @@
-//! Offset watermarks per (group, topic, partition). Invariant: the stored window is the join of
-//! every update ever merged: `next` (every offset below it is processed) is the maximum seen, the
-//! set holds processed offsets at or above `next`, and normalisation moves `next` past any offsets
-//! that became contiguous. Join is commutative, associative and idempotent, so updates are blind
-//! merges, and storage is O(out-of-order window), not O(messages): a mark that would take the
-//! window past `Config::max_offset_gaps` processed offsets above the watermark is refused, so a
-//! stored window always stays readable.
+//! Offset watermarks per (group, topic, partition) on the embedded store: each mark and watermark
+//! is a RocksDB merge of a window, folded by `offsets::merge_offset_operands`. Invariant: the
+//! stored window is the join of every update ever merged: `next` (every offset below it is
+//! processed) is the maximum seen, the set holds processed offsets at or above `next`, and
+//! normalisation moves `next` past any offsets that became contiguous. Join is commutative,
+//! associative and idempotent, so updates are blind merges, and storage is O(out-of-order window),
+//! not O(messages): a mark that would take the window past `Config::max_offset_gaps` processed
+//! offsets above the watermark is refused, so a stored window always stays readable.
 
 use std::collections::BTreeSet;
 

@@ -14,11 +14,12 @@ use crate::embedded::{codec, Store};
 use crate::error::Result;
 use crate::format::{self, Namespace};
 use crate::record::{
-    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, Record,
-    RecordInfo, Replay, ReplayView, Response, ResponseView, State, StateView,
+    check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, Record, RecordInfo, Replay,
+    ReplayView, Response, ResponseView, State, StateView,
 };
 use crate::requests::{
-    check_checkpoint, check_claim, check_names_and_fingerprint, check_response, Execution,
+    check_checkpoint, check_claim, check_names_and_fingerprint, check_response, claim_step,
+    ClaimStep, Execution, Found, Seen,
 };
 use crate::telemetry::counters::Metrics;
 use crate::telemetry::spans::{lease_outcome, Op, OpKind};
@@ -131,11 +132,11 @@ impl Store {
             Inspected::Absent => (None, None),
             Inspected::Expired(slot) => {
                 Metrics::bump(&m.expired);
-                (Some(slot), None)
+                (slot, None)
             }
-            Inspected::Open(rec) => (Some(rec.index_slot()), Some(rec)),
+            Inspected::Open(rec, takeover) => (Some(rec.index_slot()), Some((rec, takeover))),
         };
-        let mut takeover = false;
+        let takeover = old.as_ref().is_some_and(|(_, t)| *t);
         let new = match old {
             None => Record {
                 expires_at: now.saturating_add(retention_ms),
@@ -147,9 +148,8 @@ impl Store {
                 checkpoint: None,
                 state: State::Pending { lease_until },
             },
-            Some(mut rec) => {
+            Some((mut rec, _)) => {
                 // Released for a retry, or a lease that ran out: acquire (a takeover).
-                takeover = matches!(rec.state, State::Pending { .. });
                 rec.expires_at = rec.expires_at.max(lease_until);
                 rec.fence = self.core.next_fence()?;
                 rec.attempts = rec.attempts.saturating_add(1);
@@ -197,7 +197,7 @@ impl Store {
         &self,
         lease: &Lease,
         response: Response,
-    ) -> Result<std::result::Result<(), LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult> {
         let op = Op::held(OpKind::Complete, &self.core.cfg, lease);
         let r = check_response(&self.core.cfg, "response", &response).and_then(|()| {
             self.with_lease(lease, true, |rec, now| {
@@ -213,11 +213,7 @@ impl Store {
 
     /// Ends the leased operation as failed: either releases the key for a retry or stores a
     /// terminal failure that later claims replay.
-    pub fn fail(
-        &self,
-        lease: &Lease,
-        kind: FailKind,
-    ) -> Result<std::result::Result<(), LeaseLost>> {
+    pub fn fail(&self, lease: &Lease, kind: FailKind) -> Result<crate::record::LeaseResult> {
         let op = Op::held(OpKind::Fail, &self.core.cfg, lease);
         let terminal = matches!(kind, FailKind::Terminal(_));
         let checked = match &kind {
@@ -246,11 +242,7 @@ impl Store {
 
     /// Extends the lease to `extra` from now (and the record's retention if it would end
     /// sooner). Updates `lease` in place.
-    pub fn renew(
-        &self,
-        lease: &mut Lease,
-        extra: Duration,
-    ) -> Result<std::result::Result<(), LeaseLost>> {
+    pub fn renew(&self, lease: &mut Lease, extra: Duration) -> Result<crate::record::LeaseResult> {
         let op = Op::held(OpKind::Renew, &self.core.cfg, lease);
         let extra_ms = duration_millis(extra);
         // A renewal keeps an in-memory record in memory (it has nothing new to keep).
@@ -278,7 +270,7 @@ impl Store {
         lease: &Lease,
         phase: impl Into<String>,
         state: impl Into<Vec<u8>>,
-    ) -> Result<std::result::Result<(), LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult> {
         let cp = Checkpoint {
             phase: phase.into(),
             state: state.into(),
@@ -485,37 +477,31 @@ impl Store {
     /// the HTTP layer's peek, so both answer alike. Counts mismatches and replays; the caller
     /// counts an in-progress answer if it gives one.
     fn inspect(&self, rkey: &[u8], fingerprint: &[u8], now: Millis) -> Result<Inspected> {
-        let m = &self.core.metrics;
         self.core.engine.get_with(Cf::Records, rkey, |v| {
             let Some(bytes) = v else {
                 return Ok(Inspected::Absent);
             };
             let view = codec::decode_record_view(bytes)?;
-            if view.expires_at <= now {
-                return Ok(Inspected::Expired(view.index_slot()));
-            }
-            if view.fingerprint != fingerprint {
-                Metrics::bump(&m.mismatch);
-                return Ok(Inspected::Answer(Claim::Mismatch));
-            }
-            let replay = |response: ResponseView<'_>, at| {
-                Metrics::bump(&m.replayed);
-                Replay {
-                    response: response.into_response(),
-                    finished_at: at,
-                }
+            let slot = view.index_slot();
+            let state = match view.state {
+                StateView::Pending { lease_until } => Seen::Pending { lease_until },
+                StateView::Released => Seen::Released,
+                StateView::Completed { response, at } => Seen::Completed((response, at)),
+                StateView::Failed { response, at } => Seen::Failed((response, at)),
             };
-            Ok(Inspected::Answer(match view.state {
-                StateView::Completed { response, at } => Claim::Completed(replay(response, at)),
-                StateView::Failed { response, at } => Claim::Failed(replay(response, at)),
-                StateView::Pending { lease_until } if lease_until > now => Claim::InProgress {
-                    retry_after: Duration::from_millis(lease_until - now),
-                },
-                // Released, or a lease that ran out: the claim acquires, from the full record.
-                StateView::Pending { .. } | StateView::Released => {
-                    return codec::decode_record(bytes).map(Inspected::Open)
-                }
-            }))
+            let found = Found {
+                expires_at: view.expires_at,
+                fingerprint: view.fingerprint,
+                state,
+            };
+            let step = claim_step(Some(found), fingerprint, now);
+            let step = step.map_replay(|(response, at)| Replay {
+                response: ResponseView::into_response(response),
+                finished_at: at,
+            });
+            // Released, or a lease that ran out: the claim acquires, from the full record.
+            self.inspected(step, Some(slot))
+                .try_map_open(|()| codec::decode_record(bytes))
         })?
     }
 
@@ -528,39 +514,54 @@ impl Store {
         fingerprint: &[u8],
         now: Millis,
     ) -> Inspected {
-        let m = &self.core.metrics;
-        if rec.expires_at <= now {
-            return match stored_slot {
-                Some(slot) => Inspected::Expired(slot),
-                None => Inspected::Absent,
-            };
-        }
-        if rec.fingerprint != fingerprint {
-            Metrics::bump(&m.mismatch);
-            return Inspected::Answer(Claim::Mismatch);
-        }
-        match rec.state {
-            State::Pending { lease_until } if lease_until > now => {
-                Inspected::Answer(Claim::InProgress {
-                    retry_after: Duration::from_millis(lease_until - now),
-                })
-            }
+        let state = match &rec.state {
+            State::Pending { lease_until } => Seen::Pending {
+                lease_until: *lease_until,
+            },
+            State::Released => Seen::Released,
             // Never in memory (a finished record is written at once); answered alike anyway.
-            State::Completed { response, at } => {
-                Metrics::bump(&m.replayed);
-                Inspected::Answer(Claim::Completed(Replay {
-                    response,
-                    finished_at: at,
-                }))
+            State::Completed { response, at } => Seen::Completed((response, *at)),
+            State::Failed { response, at } => Seen::Failed((response, *at)),
+        };
+        let found = Found {
+            expires_at: rec.expires_at,
+            fingerprint: &rec.fingerprint,
+            state,
+        };
+        let step = claim_step(Some(found), fingerprint, now).map_replay(|(response, at)| Replay {
+            response: response.clone(),
+            finished_at: at,
+        });
+        // An expired in-memory record with nothing stored below it leaves no index entry.
+        match self.inspected(step, stored_slot) {
+            Inspected::Absent | Inspected::Expired(None) => Inspected::Absent,
+            Inspected::Expired(slot) => Inspected::Expired(slot),
+            Inspected::Answer(a) => Inspected::Answer(a),
+            Inspected::Open((), takeover) => Inspected::Open(rec, takeover),
+        }
+    }
+
+    /// What a claim step means here, counting mismatches and replays (`slot`: where the stored
+    /// record's index entry is, if any).
+    fn inspected(&self, step: ClaimStep<Replay>, slot: Option<(Millis, u64)>) -> Inspected<()> {
+        let m = &self.core.metrics;
+        let replayed = |r| {
+            Metrics::bump(&m.replayed);
+            r
+        };
+        match step {
+            ClaimStep::Absent => Inspected::Absent,
+            ClaimStep::Expired => Inspected::Expired(slot),
+            ClaimStep::Mismatch => {
+                Metrics::bump(&m.mismatch);
+                Inspected::Answer(Claim::Mismatch)
             }
-            State::Failed { response, at } => {
-                Metrics::bump(&m.replayed);
-                Inspected::Answer(Claim::Failed(Replay {
-                    response,
-                    finished_at: at,
-                }))
+            ClaimStep::Completed(r) => Inspected::Answer(Claim::Completed(replayed(r))),
+            ClaimStep::Failed(r) => Inspected::Answer(Claim::Failed(replayed(r))),
+            ClaimStep::InProgress { retry_after } => {
+                Inspected::Answer(Claim::InProgress { retry_after })
             }
-            State::Pending { .. } | State::Released => Inspected::Open(rec),
+            ClaimStep::Acquire { takeover } => Inspected::Open((), takeover),
         }
     }
 
@@ -572,7 +573,7 @@ impl Store {
         lease: &Lease,
         durable: bool,
         f: impl FnOnce(&mut Record, Millis) -> Result<T>,
-    ) -> Result<std::result::Result<T, LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult<T>> {
         self.core.check_lease_store(lease)?;
         let rkey = lease.record_key();
         let mut stripe = self.core.lock(&rkey);
@@ -602,14 +603,27 @@ impl Store {
     }
 }
 
-/// What [`Store::inspect`] found.
-enum Inspected {
+/// What [`Store::inspect`] found (`R`: the record a claim acquires, once read in full).
+enum Inspected<R = Record> {
     /// No record.
     Absent,
-    /// An expired record (treated as absent) whose index entry is at this slot.
-    Expired((Millis, u64)),
+    /// An expired record (treated as absent), whose index entry is at this slot (`None`: an
+    /// in-memory record with nothing stored below it).
+    Expired(Option<(Millis, u64)>),
     /// The claim's answer, decided by the stored record alone.
     Answer(Claim),
-    /// A live record the claim acquires (released, or its lease ran out).
-    Open(Record),
+    /// A live record the claim acquires (released, or its lease ran out: then `true`, a
+    /// takeover).
+    Open(R, bool),
+}
+
+impl<R> Inspected<R> {
+    fn try_map_open<S>(self, f: impl FnOnce(R) -> Result<S>) -> Result<Inspected<S>> {
+        Ok(match self {
+            Inspected::Absent => Inspected::Absent,
+            Inspected::Expired(slot) => Inspected::Expired(slot),
+            Inspected::Answer(a) => Inspected::Answer(a),
+            Inspected::Open(r, takeover) => Inspected::Open(f(r)?, takeover),
+        })
+    }
 }

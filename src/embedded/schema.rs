@@ -45,7 +45,7 @@ fn index_entry_expired(key: &[u8], _value: &[u8], cutoff: Millis) -> bool {
 }
 
 /// The merge fold of the versions column family, dispatching on the key's kind byte: replica
-/// version vectors (`vv::merge_vv_operands`) and offset windows (`offsets::merge_offset_operands`)
+/// version vectors (`causal::merge_vv_operands`) and offset windows (`offsets::merge_offset_operands`)
 /// are joined; any other kind keeps its last operand (or the existing value).
 pub(crate) fn versions_fold(key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     match Kind::of_key(key) {

@@ -1,9 +1,9 @@
-//! Unique constraints: reservations on business values. Invariant: at most one live reservation
-//! per (index, value), decided under the value's lock stripe; a reservation bound to a lease is
-//! owned by that lease's whole identity (its record key: namespace, tenant and key) and is live
-//! only while that record is pending with the same fencing token and an unexpired lease, so
-//! completing, failing, losing or letting the lease expire frees the value; no plain owner and no
-//! other lease (of another tenant with the same key, say) can re-bind or release it.
+//! Unique constraints on the embedded store: reservations on business values. Invariant: at most
+//! one live reservation per (index, value), decided under the value's lock stripe; a reservation
+//! bound to a lease is owned by that lease's whole identity (its record key: namespace, tenant and
+//! key) and is live only while that record is pending with the same fencing token and an unexpired
+//! lease, so completing, failing, losing or letting the lease expire frees the value; no plain
+//! owner and no other lease (of another tenant with the same key, say) can re-bind or release it.
 
 use crate::telemetry::spans::{Op, OpKind};
 
@@ -12,7 +12,7 @@ use crate::embedded::engine::Cf;
 use crate::embedded::Store;
 use crate::error::Result;
 use crate::format::{self, entity_key, Kind};
-use crate::record::{Lease, LeaseLost, State};
+use crate::record::{Lease, State};
 use crate::telemetry::counters::Metrics;
 use crate::unique::{Released, Reservation, StoredReservation};
 
@@ -48,7 +48,7 @@ impl Store {
         lease: &Lease,
         index: impl AsRef<[u8]>,
         value: &[&[u8]],
-    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult<Reservation>> {
         let index = index.as_ref();
         let op = Op::start(
             OpKind::Reserve,
@@ -66,7 +66,7 @@ impl Store {
         lease: &Lease,
         index: &[u8],
         value: &[&[u8]],
-    ) -> Result<std::result::Result<Reservation, LeaseLost>> {
+    ) -> Result<crate::record::LeaseResult<Reservation>> {
         self.core.check_lease_store(lease)?;
         let key = self.unique_key_checked(index, value)?;
         let rkey = lease.record_key().to_vec();

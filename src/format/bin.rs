@@ -87,7 +87,7 @@ pub(crate) fn from_bincode<T: serde::de::DeserializeOwned>(
     Ok(v)
 }
 
-/// `#[serde(with = "crate::embedded::codec::bytes")]` for `Vec<u8>` fields: serialised as one byte string
+/// `#[serde(with = "crate::format::bytes")]` for `Vec<u8>` fields: serialised as one byte string
 /// (length, then the bytes) and read back with one copy, instead of element by element (which
 /// profiling showed as the largest cost of a replay).
 pub(crate) mod bytes {

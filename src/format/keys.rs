@@ -18,11 +18,11 @@ pub(crate) enum Namespace {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Kind {
-    /// A versioned entity (`versions.rs`).
+    /// A versioned entity (`entities.rs`).
     Entity = 1,
-    /// A causal entity with siblings (`vv.rs`).
+    /// A causal entity with siblings (`causal.rs`).
     Causal = 2,
-    /// A replica version vector, written only by merge (`vv.rs`).
+    /// A replica version vector, written only by merge (`causal.rs`).
     ReplicaVector = 3,
     /// An offset window of (group, topic ‖ partition), written only by merge (`offsets.rs`).
     Offsets = 4,

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,6 +45,10 @@ impl<S> Idempotency<S> {
 }
 
 type Reply<E> = std::result::Result<HttpResponse<HttpBody>, E>;
+
+/// What a step of [`handle`] gives: `Continue` with what the next step needs, or `Break` with
+/// the answer the request gets.
+type Step<T> = ControlFlow<HttpResponse<HttpBody>, T>;
 
 impl<S, B, RB> tower_service::Service<Request<B>> for Idempotency<S>
 where
@@ -100,7 +105,9 @@ where
     }
 }
 
-async fn handle<S, B, RB>(opts: Arc<Options>, mut inner: S, req: Request<B>) -> Reply<S::Error>
+/// Serves one request: its key, its caller, its body and its claim decide whether the handler
+/// runs under a lease, or the answer is a replay, a refusal or a problem.
+async fn handle<S, B, RB>(opts: Arc<Options>, inner: S, req: Request<B>) -> Reply<S::Error>
 where
     S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -111,31 +118,76 @@ where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
-    let stats = &opts.stats;
-    // Other methods pass untouched: their key is not even parsed.
-    let key = if opts.methods.contains(req.method()) {
-        match parse_key(req.headers(), opts.max_key_len) {
-            Ok(k) => k,
-            Err(e) => {
-                let code = "idempotency-key-invalid";
-                return Ok(refuse(&opts, StatusCode::BAD_REQUEST, code, &e.detail()));
-            }
-        }
-    } else {
-        None
+    let key = match covered_key(&opts, &req) {
+        Continue(Some(key)) => key,
+        Continue(None) => return without_key(&opts, inner, req).await,
+        Break(answer) => return Ok(answer),
     };
-    let Some(key) = key else {
-        if opts.require_key && opts.methods.contains(req.method()) {
-            let detail = "this endpoint requires an Idempotency-Key header";
-            let code = "idempotency-key-missing";
-            return Ok(refuse(&opts, StatusCode::BAD_REQUEST, code, detail));
-        }
-        Counters::bump(&stats.passed_through);
-        return inner.call(req).await.map(|r| r.map(boxed));
+    let (parts, body) = req.into_parts();
+    let tenant = match caller_tenant(&opts, &parts, &key) {
+        Continue(tenant) => tenant,
+        Break(answer) => return Ok(answer),
+    };
+    let body = match read_request_body(&opts, body).await {
+        Continue(body) => body,
+        Break(answer) => return Ok(answer),
+    };
+    let fp = fingerprint_request(&parts, &opts.fingerprint_headers, &body);
+    let route = opts.durations.route(&parts.method, parts.uri.path());
+    let lease = match claim_key(&opts, &tenant, &key, &fp, route).await {
+        Continue(lease) => lease,
+        Break(answer) => return Ok(answer),
     };
 
-    let (parts, body) = req.into_parts();
-    let principal = (opts.principal)(&parts).unwrap_or_default();
+    // From here on the outcome must be recorded even if this future is dropped (the client went
+    // away): if it is, `Detached` hands the rest to the runtime to finish.
+    let mut parts = parts;
+    parts.extensions.insert(Attempt {
+        number: lease.attempt(),
+        takeover: lease.is_takeover(),
+        fence: lease.fence(),
+    });
+    let req = Request::from_parts(parts, B::from(body));
+    Detached::new(run_leased(opts, inner, req, lease, route)).await
+}
+
+/// Step 1: the request's Idempotency-Key, `None` when its method is not covered (other methods
+/// pass untouched: their key is not even parsed) or it carries none; a malformed key is refused.
+fn covered_key<B>(opts: &Options, req: &Request<B>) -> Step<Option<String>> {
+    if !opts.methods.contains(req.method()) {
+        return Continue(None);
+    }
+    match parse_key(req.headers(), opts.max_key_len) {
+        Ok(key) => Continue(key),
+        Err(e) => {
+            let code = "idempotency-key-invalid";
+            Break(refuse(opts, StatusCode::BAD_REQUEST, code, &e.detail()))
+        }
+    }
+}
+
+/// Step 1 without a key: refused when the layer requires one for the request's method,
+/// otherwise passed to the handler untouched.
+async fn without_key<S, B, RB>(opts: &Options, mut inner: S, req: Request<B>) -> Reply<S::Error>
+where
+    S: tower_service::Service<Request<B>, Response = HttpResponse<RB>>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    if opts.require_key && opts.methods.contains(req.method()) {
+        let detail = "this endpoint requires an Idempotency-Key header";
+        let code = "idempotency-key-missing";
+        return Ok(refuse(opts, StatusCode::BAD_REQUEST, code, detail));
+    }
+    Counters::bump(&opts.stats.passed_through);
+    inner.call(req).await.map(|r| r.map(boxed))
+}
+
+/// Step 2: the tenant the key is scoped by, from the caller's principal (both recorded on the
+/// request's span as hashes); a request without a caller, or one whose principal cannot be
+/// stored, is refused.
+fn caller_tenant(opts: &Options, parts: &http::request::Parts, key: &str) -> Step<String> {
+    let principal = (opts.principal)(parts).unwrap_or_default();
     let span = tracing::Span::current();
     if !span.is_disabled() && !principal.is_empty() {
         span.record(
@@ -143,63 +195,82 @@ where
             crate::telemetry::spans::short_hash(&[principal.as_bytes()]).as_str(),
         );
     }
-    let tenant = match tenant_of(&principal, opts.store.config().max_tenant_len) {
+    match tenant_of(&principal, opts.store.config().max_tenant_len) {
         Ok(t) => {
             if !span.is_disabled() {
                 let hash = crate::telemetry::spans::trace_key_hash(t.as_bytes(), key.as_bytes());
                 span.record("key_hash", hash.as_str());
             }
-            t
+            Continue(t)
         }
         Err(NoTenant::Empty) => {
             let detail = "an Idempotency-Key is scoped by the caller, and this request has none";
-            return Ok(refuse(
-                &opts,
+            Break(refuse(
+                opts,
                 StatusCode::UNAUTHORIZED,
                 "principal-missing",
                 detail,
-            ));
+            ))
         }
         Err(NoTenant::LimitTooSmall { max_tenant_len }) => {
             let detail = format!(
                 "the caller's principal is longer than the idempotency store's tenant limit \
                  ({max_tenant_len} bytes), which is too small to hold its hash"
             );
-            return Ok(refuse(
-                &opts,
+            Break(refuse(
+                opts,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "principal-unstorable",
                 &detail,
-            ));
+            ))
         }
-    };
-    let body = match Limited::new(body, opts.max_request_bytes).collect().await {
-        Ok(c) => c.to_bytes(),
+    }
+}
+
+/// Step 3: the whole request body, which the fingerprint covers; one over
+/// `max_request_bytes`, or one that fails before its end, is refused.
+async fn read_request_body<B>(opts: &Options, body: B) -> Step<Bytes>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    match Limited::new(body, opts.max_request_bytes).collect().await {
+        Ok(c) => Continue(c.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => {
             let detail = format!(
                 "the request body is larger than {} bytes, the most this endpoint reads",
                 opts.max_request_bytes
             );
-            return Ok(refuse(
-                &opts,
+            Break(refuse(
+                opts,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request-too-large",
                 &detail,
-            ));
+            ))
         }
         Err(_) => {
             let detail = "the request body could not be read to its end";
-            return Ok(refuse(
-                &opts,
+            Break(refuse(
+                opts,
                 StatusCode::BAD_REQUEST,
                 "request-body-unreadable",
                 detail,
-            ));
+            ))
         }
-    };
-    let fp = fingerprint_request(&parts, &opts.fingerprint_headers, &body);
-    let route = opts.durations.route(&parts.method, parts.uri.path());
+    }
+}
 
+/// Step 4: claims the key; the lease when this request is to run the handler, otherwise the
+/// answer: the stored response replayed, 422 for another request under the key, 409 while the
+/// first still runs, or the store's failure.
+async fn claim_key(
+    opts: &Options,
+    tenant: &str,
+    key: &str,
+    fp: &[u8],
+    route: Route,
+) -> Step<Lease> {
+    let stats = &opts.stats;
     let claim_opts = ClaimOptions::default()
         .lease(opts.lease)
         .retention(opts.retention)
@@ -216,49 +287,38 @@ where
             crate::format::Namespace::Requests,
             tenant.as_bytes(),
             key.as_bytes(),
-            &fp,
+            fp,
             claim_opts,
             &opts.on_release,
         )
         .await;
-    let lease = match claim {
-        Err(e) => return Ok(store_error(&opts, &e)),
-        Ok(Claim::Acquired(lease)) => lease,
+    match claim {
+        Err(e) => Break(store_error(opts, &e)),
+        Ok(Claim::Acquired(lease)) => Continue(lease),
         Ok(Claim::Completed(r) | Claim::Failed(r)) => {
             Counters::bump(&stats.replayed);
             let mut resp = replay_response(r);
-            advertise_retention(&opts, resp.headers_mut());
-            return Ok(resp);
+            advertise_retention(opts, resp.headers_mut());
+            Break(resp)
         }
         Ok(Claim::Mismatch) => {
             Counters::bump(&stats.mismatched);
             let detail = "this Idempotency-Key was already used with a different request \
                           (method, path, query, body or fingerprinted headers)";
-            return Ok(problem(
+            Break(problem(
                 &opts.problem_docs,
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
                 detail,
-            ));
+            ))
         }
         Ok(Claim::InProgress { retry_after }) => {
             Counters::bump(&stats.in_progress);
             let estimate = opts.durations.estimate(route);
             let secs = retry_after_secs(retry_after, opts.lease, estimate);
-            return Ok(in_progress(&opts, secs));
+            Break(in_progress(opts, secs))
         }
-    };
-
-    // From here on the outcome must be recorded even if this future is dropped (the client went
-    // away): if it is, `Detached` hands the rest to the runtime to finish.
-    let mut parts = parts;
-    parts.extensions.insert(Attempt {
-        number: lease.attempt(),
-        takeover: lease.is_takeover(),
-        fence: lease.fence(),
-    });
-    let req = Request::from_parts(parts, B::from(body));
-    Detached::new(run_leased(opts, inner, req, lease, route)).await
+    }
 }
 
 /// Counts the releases of leases acquired for a client that had gone away before the claim
@@ -504,18 +564,16 @@ async fn persist<F, Fut>(
     held_until: Instant,
     ours: fn(&LeaseLost) -> bool,
     mut call: F,
-) -> Result<std::result::Result<(), LeaseLost>>
+) -> Result<crate::record::LeaseResult>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<std::result::Result<(), LeaseLost>>>,
+    Fut: Future<Output = Result<crate::record::LeaseResult>>,
 {
     let mut pause = Duration::from_millis(20);
     let mut asked_before = false;
     loop {
         match call().await {
-            Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. })
-                if Instant::now() + pause < held_until =>
-            {
+            Err(e) if e.is_transient() && Instant::now() + pause < held_until => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
                 asked_before = true;

@@ -1,8 +1,9 @@
 //! Causal entities and replica version vectors on PostgreSQL. Invariant: a row holds the same
 //! sealed encoding as the embedded store's value, and each change is computed by the same code
-//! as on the embedded store (`vv.rs`) from the row as read under its lock (`SELECT ... FOR
-//! UPDATE` in one transaction), so concurrent writers are serialised by the database and none is
-//! lost; a missing row is first inserted empty (`NULL`) so that there is always a row to lock.
+//! as on the embedded store (`src/causal.rs`: `put_sibling`, `delete_seen`, the merge and its
+//! bound) from the row as read under its lock (`SELECT ... FOR UPDATE` in one transaction), so
+//! concurrent writers are serialised by the database and none is lost; a missing row is first
+//! inserted empty (`NULL`) so that there is always a row to lock.
 
 use super::send::Session;
 use super::{classify, statements as sql, PgStore};

@@ -184,10 +184,9 @@ impl<K: Kind> Drop for Lead<K> {
                 let mut q = c.queue.lock();
                 q.drivers = q.drivers.saturating_sub(1);
                 for w in q.waiting.drain(..) {
-                    let _ = w.answer.send(Err(Error::Unavailable {
-                        message: "PostgreSQL: no async runtime to send the coalesced statement on"
-                            .into(),
-                    }));
+                    let _ = w.answer.send(Err(Error::unavailable(
+                        "PostgreSQL: no async runtime to send the coalesced statement on",
+                    )));
                 }
             }
         }
@@ -266,8 +265,8 @@ impl PgStore {
 /// panic) fails the call closed.
 pub(crate) async fn answer<A>(rx: oneshot::Receiver<Result<A>>) -> Result<A> {
     rx.await.unwrap_or_else(|_| {
-        Err(Error::Unavailable {
-            message: "PostgreSQL: the coalesced statement's task ended without an answer".into(),
-        })
+        Err(Error::unavailable(
+            "PostgreSQL: the coalesced statement's task ended without an answer",
+        ))
     })
 }

@@ -113,10 +113,7 @@ impl PgStore {
             .zip(ordered.iter().skip(1))
             .any(|((_, a), (_, b))| a.order_key() == b.order_key())
         {
-            return Err(crate::error::InvalidInput::Config(
-                "a commit names the same entity or lease twice".into(),
-            )
-            .into());
+            return Err(crate::requests::names_twice());
         }
         // Every statement is prepared first (on a connection that has not prepared it yet: one
         // round trip for all of them), so that the executions below go out in the fixed order:

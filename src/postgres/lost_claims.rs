@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{ns_code, statements, PgStore};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::Namespace;
 
 /// How long a store keeps trying to release a lost claim while the database does not answer.
@@ -202,7 +202,7 @@ async fn release_in_background(store: Weak<PgStore>) {
         for (id, nonce) in pg.lost_now() {
             match pg.release_lost(&id, nonce).await {
                 Ok(()) => {}
-                Err(Error::Unavailable { .. } | Error::Busy(_) | Error::Contention { .. }) => {
+                Err(e) if e.is_transient() => {
                     away = true;
                     break;
                 }

@@ -65,6 +65,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::Namespace;
 use crate::record::{Checkpoint, LeaseLost, Replay, Response};
+use crate::requests::{lease_lost, Holding, Seen};
 use crate::telemetry::counters::Metrics;
 
 /// A fencing token is `epoch << FENCE_EPOCH_SHIFT | n` (migration 4): `epoch` the server's WAL
@@ -212,7 +213,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 
 /// Classifies a database error once, at the boundary.
 fn classify(e: tokio_postgres::Error) -> Error {
-    classify_parts(&e)
+    classify_parts(&e).with_source(e)
 }
 
 /// What a connection failure without SQLSTATE says about the configuration: `Some(what to fix)`
@@ -253,6 +254,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
                     "PostgreSQL: {e_text}; check the user, password, database and sslmode \
                      against the server's pg_hba.conf"
                 ),
+                source: None,
             }
         }
         Some(c)
@@ -267,6 +269,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
                      statement_mode=unnamed to the URL, or call \
                      Config::statement_mode(StatementMode::Unnamed)"
                 ),
+                source: None,
             }
         }
         // A server in recovery (a standby: a stale writer endpoint after a failover, or a URL
@@ -285,6 +288,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
                  (use a multi-host URL with target_session_attrs=read-write; if this persists, \
                  the URL names a standby)"
                 ),
+                source: None,
             }
         }
         Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_OBJECT => {
@@ -295,6 +299,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
         }
         Some(c) if *c == SqlState::QUERY_CANCELED => Error::Unavailable {
             message: format!("PostgreSQL cancelled the statement (statement timeout): {e_text}"),
+            source: None,
         },
         Some(c)
             if *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -310,6 +315,7 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
         {
             Error::Unavailable {
                 message: format!("PostgreSQL: {e_text}"),
+                source: None,
             }
         }
         Some(_) => Error::Engine(format!("PostgreSQL: {e_text}")),
@@ -318,9 +324,11 @@ fn classify_parts(e: &tokio_postgres::Error) -> Error {
         None => match rejection(e) {
             Some(fix) => Error::ConnectionRejected {
                 message: format!("PostgreSQL connection: {e_text}; {fix}"),
+                source: None,
             },
             None => Error::Unavailable {
                 message: format!("PostgreSQL connection: {e_text}"),
+                source: None,
             },
         },
     }
@@ -493,21 +501,32 @@ fn lost_lease(
     expired: Option<bool>,
     ours: i64,
 ) -> Result<Option<LeaseLost>> {
-    Ok(Some(match (state, expired, fence) {
-        (None, _, _) | (_, Some(true), _) => LeaseLost::Gone,
-        (Some(COMPLETED | FAILED), _, _) => LeaseLost::Finished,
-        (Some(RELEASED), _, _) => LeaseLost::Released,
-        (Some(PENDING), _, Some(current)) if current != ours => LeaseLost::TakenOver {
-            current_fence: from_i64("fence", current)?,
-        },
-        (Some(PENDING), _, _) => return Ok(None),
-        (Some(other), _, _) => {
+    let holding = match state {
+        None => None,
+        Some(code) => Some(Holding {
+            live: expired != Some(true),
+            state: seen_state(code)?,
+            fence: from_i64("fence", fence.unwrap_or(0))?,
+        }),
+    };
+    Ok(lease_lost(holding, from_i64("fence", ours)?))
+}
+
+/// A row's `state` code as the shared rules read it (the lease's end, not needed by the holder
+/// rule, is left out).
+fn seen_state(code: i16) -> Result<Seen<()>> {
+    Ok(match code {
+        PENDING => Seen::Pending { lease_until: 0 },
+        RELEASED => Seen::Released,
+        COMPLETED => Seen::Completed(()),
+        FAILED => Seen::Failed(()),
+        other => {
             return Err(crate::error::corrupted(
                 "request row",
                 format!("unknown state {other}"),
             ))
         }
-    }))
+    })
 }
 
 /// What a holder's call (complete, fail, renew, checkpoint) asks the row to become.
@@ -645,6 +664,7 @@ impl PgStore {
                     "PostgreSQL did not answer within {:?}",
                     self.statement_timeout + Duration::from_secs(1)
                 ),
+                source: None,
             }),
         };
         if matches!(r, Err(Error::Unavailable { .. })) {

@@ -92,9 +92,9 @@ pub(crate) fn flush_idle(pool: &Pool) {
 pub(crate) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
     match e {
         deadpool_postgres::PoolError::Backend(e) => classify(e),
-        other => Error::Unavailable {
-            message: format!("PostgreSQL connection pool: {other}"),
-        },
+        other => {
+            Error::unavailable(format!("PostgreSQL connection pool: {other}")).with_source(other)
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 
 use crate::clock::Millis;
 use crate::record::Claim;
+use crate::requests::{claim_step, ClaimStep, Found, Seen};
 
 /// Fixed cost counted per entry besides its bytes (map slot, queue slot, bookkeeping).
 const ENTRY_OVERHEAD: usize = 96;
@@ -115,15 +116,23 @@ impl ReplayTier {
                 let age = e.filled.elapsed();
                 let elapsed = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
                 let now = test_now.unwrap_or_else(|| e.db_now.saturating_add(elapsed));
-                if age >= self.max_age || now >= e.expires_at {
-                    let size = e.size;
-                    inner.map.remove(&k);
-                    inner.bytes -= size;
-                    None
-                } else if e.fingerprint == fingerprint {
-                    Some(e.answer.clone())
-                } else {
-                    Some(Claim::Mismatch)
+                // The claim rule (`crate::requests::claim_step`) on the finished record held
+                // (which entry's answer it is, `Completed` or `Failed`, does not change it).
+                let found = Found {
+                    expires_at: e.expires_at,
+                    fingerprint: &e.fingerprint,
+                    state: Seen::Completed(()),
+                };
+                let step = (age < self.max_age).then(|| claim_step(Some(found), fingerprint, now));
+                match step {
+                    Some(ClaimStep::Completed(())) => Some(e.answer.clone()),
+                    Some(ClaimStep::Mismatch) => Some(Claim::Mismatch),
+                    _ => {
+                        let size = e.size;
+                        inner.map.remove(&k);
+                        inner.bytes -= size;
+                        None
+                    }
                 }
             }
         };

@@ -26,11 +26,13 @@ use crate::record::{
     check_duration, Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseLost, RecordInfo,
     RecordState, Response,
 };
-use crate::requests::{check_checkpoint, check_claim, check_response};
+use crate::requests::{
+    check_checkpoint, check_claim, check_response, claim_step, ClaimStep, Found, Seen,
+};
 use crate::telemetry::counters::Metrics;
 use crate::telemetry::spans::{lease_outcome, Op, OpKind, Stamp};
 
-type LeaseResult<T = ()> = std::result::Result<T, LeaseLost>;
+use crate::record::LeaseResult;
 
 /// Where a claim on PostgreSQL is answered.
 pub(crate) enum ClaimAsk {
@@ -637,35 +639,41 @@ enum Decided {
 }
 
 /// Decides from a key's row as read (by the claim's own read, or by [`statements::CLAIM_READ`]):
-/// only what needs no write.
+/// only what needs no write. The claim rule is [`claim_step`]'s.
 fn decide(row: &Row, fingerprint: &[u8]) -> Result<Decided> {
     let now = from_i64("database time", row.get("now"))?;
     let expires_at = from_i64("expires_at", row.get("expires_at"))?;
-    if expires_at <= now {
-        return Ok(Decided::Acquirable);
-    }
     let stored_fp: Option<&[u8]> = row.get("fingerprint");
-    if stored_fp != Some(fingerprint) {
-        return Ok(Decided::Answer(Claim::Mismatch, 0, 0));
-    }
-    let lease_until = from_i64("lease_until", row.get("lease_until"))?;
-    Ok(match row.get::<_, Option<i16>>("state") {
-        Some(COMPLETED) => Decided::Answer(Claim::Completed(replay(row)?), expires_at, now),
-        Some(FAILED) => Decided::Answer(Claim::Failed(replay(row)?), expires_at, now),
-        Some(PENDING) if lease_until > now => Decided::Answer(
-            Claim::InProgress {
-                retry_after: Duration::from_millis(lease_until - now),
-            },
-            0,
-            0,
-        ),
-        Some(PENDING | RELEASED) => Decided::Acquirable,
+    let state = match row.get::<_, Option<i16>>("state") {
+        Some(PENDING) => Seen::Pending {
+            lease_until: from_i64("lease_until", row.get("lease_until"))?,
+        },
+        Some(RELEASED) => Seen::Released,
+        Some(COMPLETED) => Seen::Completed(()),
+        Some(FAILED) => Seen::Failed(()),
         other => {
             return Err(crate::error::corrupted(
                 "request row",
                 format!("unknown state {other:?}"),
             ))
         }
+    };
+    let found = Found {
+        expires_at,
+        fingerprint: stored_fp.unwrap_or_default(),
+        state,
+    };
+    Ok(match claim_step(Some(found), fingerprint, now) {
+        ClaimStep::Completed(()) => {
+            Decided::Answer(Claim::Completed(replay(row)?), expires_at, now)
+        }
+        ClaimStep::Failed(()) => Decided::Answer(Claim::Failed(replay(row)?), expires_at, now),
+        ClaimStep::Mismatch => Decided::Answer(Claim::Mismatch, 0, 0),
+        ClaimStep::InProgress { retry_after } => {
+            Decided::Answer(Claim::InProgress { retry_after }, 0, 0)
+        }
+        // Expired, released, or a lease run out: taken under the row lock (`idemdb_claim`).
+        ClaimStep::Absent | ClaimStep::Expired | ClaimStep::Acquire { .. } => Decided::Acquirable,
     })
 }
 

@@ -239,8 +239,8 @@ pub(crate) const CLAIM: &str = concat!(
 /// $1 ns, $2 tenant, $3 key, $4 a claim's nonce: releases the lease that claim acquired, if it
 /// did and the lease is still the row's (pending, with that nonce), as [`RELEASE`] would; one
 /// row (its fence) when it released. Sent by a caller whose claim may have committed without
-/// its answer reaching it (`requests.rs`, "Claims whose answer was lost"): no other lease carries
-/// the nonce, so it never releases another caller's.
+/// its answer reaching it (`lost_claims.rs`; docs/design.md, "Claims whose answer was lost"): no
+/// other lease carries the nonce, so it never releases another caller's.
 pub(crate) const RELEASE_LOST_CLAIM: &str = "UPDATE idemdb_requests q SET state = 1 \
     WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea \
     AND q.claim_nonce = $4::bigint AND q.state = 0 RETURNING q.fence";

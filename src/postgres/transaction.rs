@@ -19,7 +19,7 @@ use super::send::Session;
 use super::Postgres;
 use super::{classify, PgStore};
 use crate::commit::{CommitConflict, Committed, Plan};
-use crate::error::{Error, InvalidInput, Result};
+use crate::error::{Error, Result};
 
 /// A value passed to, or read from, the application's SQL in a [`SqlTransaction`]. Parameters
 /// convert to the type PostgreSQL infers for them: an `Int` to `smallint`, `integer` or `bigint`
@@ -153,10 +153,10 @@ impl super::send::Param for Param<'_> {
 /// A result row's values, for the column types [`SqlValue`] has.
 fn values(row: &Row) -> Result<Vec<SqlValue>> {
     let bad = |i: usize, ty: &Type| {
-        Error::InvalidInput(InvalidInput::Config(format!(
+        Error::misuse(format!(
             "column {i} is of type {ty}, which SqlValue does not hold: cast it in the SQL \
              (for example `col::text`)"
-        )))
+        ))
     };
     let mut out = Vec::with_capacity(row.len());
     for (i, col) in row.columns().iter().enumerate() {
@@ -238,7 +238,7 @@ impl SqlTransaction {
     fn client(&self) -> Result<&deadpool_postgres::Object> {
         self.client
             .as_ref()
-            .ok_or_else(|| Error::Engine("the transaction has ended".into()))
+            .ok_or_else(|| Error::misuse("the transaction has ended (committed or rolled back)"))
     }
 
     /// Runs one of the application's statements; how many rows it changed.
@@ -277,10 +277,9 @@ impl SqlTransaction {
         plan: Plan,
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
         if !Arc::ptr_eq(&pg.sql, &self.pg) {
-            return Err(crate::InvalidInput::Config(
-                "the commit was built on another store than the transaction's".into(),
-            )
-            .into());
+            return Err(Error::misuse(
+                "the commit was built on another store than the transaction's",
+            ));
         }
         let (ops, ends) = run_form(plan, pg.metrics())?;
         let begin = !self.begun;
@@ -320,7 +319,9 @@ impl SqlTransaction {
 
     async fn finish(&mut self, sql: &str) -> Result<()> {
         let Some(c) = self.client.take() else {
-            return Err(Error::Engine("the transaction has ended".into()));
+            return Err(Error::misuse(
+                "the transaction has ended (committed or rolled back)",
+            ));
         };
         let r = self
             .pg

@@ -202,11 +202,9 @@ async fn listen(shared: Weak<Shared>, mut stopped: watch::Receiver<()>) {
         let Some(s) = shared.upgrade() else { return };
         let session = match tokio::time::timeout(OPEN_BOUND, open(&s)).await {
             Ok(session) => session,
-            Err(_) => Err(crate::error::Error::Unavailable {
-                message: format!(
-                    "PostgreSQL: the listening connection did not open within {OPEN_BOUND:?}"
-                ),
-            }),
+            Err(_) => Err(crate::error::Error::unavailable(format!(
+                "PostgreSQL: the listening connection did not open within {OPEN_BOUND:?}"
+            ))),
         };
         drop(s);
         #[cfg(feature = "tracing")]

@@ -162,7 +162,7 @@ async fn check(h: &Harness) {
         .apply()
         .await;
     assert!(
-        matches!(r, Err(Error::InvalidInput(InvalidInput::Config(_)))),
+        matches!(r, Err(Error::InvalidInput(InvalidInput::NamedTwice))),
         "{r:?}"
     );
 

@@ -4,6 +4,8 @@
 //! and PostgreSQL (127.0.0.1:5432, database `test`, user `postgres`; `IDEMDB_TEST_POSTGRES`
 //! overrides the URL), each test in its own schema, so tests run in parallel without meeting.
 //! Every module checks one behaviour; its `embedded` and `postgres` tests run the same check.
+//! Behaviours of PostgreSQL alone (its schema, its SQL, its connections and clocks) are in
+//! `tests/fleet/`, which shares this harness.
 //! Both stores run on a manual clock (on PostgreSQL through a test-only hook that replaces the
 //! database's clock in every statement), so expiry and takeover are exact. A test that cannot
 //! reach PostgreSQL fails, naming it.
@@ -20,22 +22,18 @@ mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
 mod causal_writes_keep_every_concurrent_value;
 mod claims_after_a_run_of_replays_answer_alike;
-mod cli_reaches_a_postgres_store;
 mod coalesced_calls_answer_as_one_at_a_time;
 mod commits_apply_everything_or_nothing;
 mod concurrent_claims_have_exactly_one_winner;
 mod concurrent_entity_updates_lose_nothing;
 mod consumer_messages_are_processed_once_then_poisoned;
 mod counters_count_commits_and_forgotten_messages_alike;
-mod database_faults_never_run_an_effect_twice;
 mod duplicates_wait_for_the_first_anywhere_in_the_fleet;
 mod entities_compare_and_swap_and_never_reuse_versions;
 mod expired_lease_is_taken_over_and_stale_holder_refused;
-mod expired_rows_are_swept_in_the_background;
 mod fencing_tokens_increase_for_every_key;
 mod first_claim_acquires_and_retries_replay;
 mod forgotten_record_is_gone_for_its_holder;
-mod http_answers_503_while_the_database_is_down;
 mod http_layer_runs_alike_on_both_backends;
 mod offset_windows_join_marks_in_any_order;
 mod one_callers_bytes_never_fail_another;
@@ -43,10 +41,6 @@ mod records_expire_and_are_swept;
 mod records_match_the_model;
 mod renewal_extends_the_lease_and_checkpoint_reaches_the_next_holder;
 mod renewed_lease_keeps_its_reservation_through_a_sweep;
-mod replays_are_served_from_the_local_tier;
 mod retryable_failure_releases_and_terminal_failure_replays;
-mod schema_migrates_up_and_down;
-mod skewed_instance_clocks_change_nothing;
 mod spans_name_the_same_decisions_alike;
 mod unique_values_have_one_live_owner;
-mod waiting_claims_survive_a_lost_listening_connection;

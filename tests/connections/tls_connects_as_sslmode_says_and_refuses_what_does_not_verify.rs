@@ -19,7 +19,7 @@ async fn opens(url: &str) -> Result<idemdb::AsyncStore, Error> {
 
 fn rejected(r: Result<idemdb::AsyncStore, Error>, what: &str) -> String {
     match r {
-        Err(Error::ConnectionRejected { message }) => message,
+        Err(Error::ConnectionRejected { message, .. }) => message,
         Err(other) => panic!("{what}: a configuration error expected, got {other:?}"),
         Ok(_) => panic!("{what}: connected, but must be refused"),
     }

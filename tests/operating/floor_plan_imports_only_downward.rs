@@ -2,10 +2,11 @@
 //! path in the library's code names a module on its own floor or below, the two backends never
 //! name each other, and no two rooms import each other, directly or around a circle.
 //!
-//! A room is a file at the top of `src/` (the shared vocabulary: `record.rs`, `config.rs`, ...)
-//! or a folder there (`format/`, `telemetry/`, `embedded/`, `postgres/`, `async_store/`,
-//! `http/`); inside a folder files may name each other freely. `lib.rs` (the table of contents)
-//! and `bin/` (which sees only the public API) are not rooms. Comment lines are not read.
+//! A room is a file at the top of `src/` (the shared vocabulary: `record.rs`, `requests.rs`, ...)
+//! or a folder there (`config/`, `format/`, `telemetry/`, `embedded/`, `postgres/`,
+//! `async_store/`, `http/`); inside a folder files may name each other freely. `lib.rs` (the
+//! table of contents) and `bin/` (which sees only the public API) are not rooms. Comment lines are
+//! not read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -142,7 +143,8 @@ fn floor_plan_imports_only_downward() {
             let mut full: Vec<String> = if root == 0 {
                 Vec::new()
             } else {
-                // `super` of a file `a/b.rs` is `a`; of `a/b/mod.rs` (module `a::b`) also `a`.
+                // `super` of `postgres/fences.rs` is `postgres`; of `embedded/engine/mod.rs`
+                // (module `embedded::engine`) it is `embedded`.
                 module[..module.len().saturating_sub(root)].to_vec()
             };
             full.extend(segs);

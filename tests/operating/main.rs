@@ -1,8 +1,10 @@
 //! Operating idemdb (docs/operating.md): the spans of store operations and HTTP requests, the
 //! metrics of a scripted workload read back through a recorder, `idemdb inspect` and `stats` on a
 //! store another process holds open, a read-only store's refusals, and the `idemdb` command's
-//! arguments (its `--help`, as docs/cli.md shows it, and its usage errors). One module per behaviour;
-//! one of them: `cargo test --release --features http,postgres --test operating <module>`.
+//! arguments (its `--help`, as docs/cli.md shows it, and its usage errors); and the repository's
+//! own hygiene: the floor plan of `src/`, and comments and docs that name only files and module
+//! paths that exist. One module per behaviour; one of them:
+//! `cargo test --release --features http,postgres --test operating <module>`.
 #[path = "../common/mod.rs"]
 mod common;
 #[cfg(feature = "http")]
@@ -11,6 +13,7 @@ mod http_common;
 mod spans;
 
 mod cli_help_matches_docs_for_every_command;
+mod comments_and_docs_name_only_what_exists;
 mod floor_plan_imports_only_downward;
 #[cfg(feature = "http")]
 mod http_span_names_outcome_and_status_never_bytes;

@@ -258,9 +258,8 @@ impl Engine {
                 std::process::id(),
                 FOLLOWERS.fetch_add(1, Ordering::Relaxed)
             ));
-            std::fs::create_dir_all(&scratch).map_err(|e| Error::Io {
-                kind: e.kind(),
-                message: format!("cannot create {}: {e}", scratch.display()),
+            std::fs::create_dir_all(&scratch).map_err(|e| {
+                crate::error::io(format_args!("cannot create {}", scratch.display()), e)
             })?;
             let db = DB::open_cf_descriptors_as_secondary(&db_opts, path, &scratch, descriptors);
             match db {

@@ -415,6 +415,23 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
                 .to_owned(),
         );
     };
+    let mut route = route_with_defaults(number, methods, path, level)?;
+    let mut jwt = JwtOptions::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for option in fields {
+        apply_option(&mut route, &mut jwt, &mut seen, option)?;
+    }
+    jwt.complete_principal(&mut route)?;
+    finish_route(route).map(Some)
+}
+
+/// Step 1: the route a line's `METHODS PATH LEVEL` make, every option at its default.
+fn route_with_defaults(
+    number: usize,
+    methods: &str,
+    path: &str,
+    level: &str,
+) -> Result<Route, String> {
     let methods = parse_methods(methods)?;
     let segments = parse_path(path)?;
     let level = match level {
@@ -428,7 +445,7 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
             ))
         }
     };
-    let mut route = Route {
+    Ok(Route {
         line: number,
         methods,
         path: path.to_owned(),
@@ -442,152 +459,182 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
         scope_headers: Vec::new(),
         wait: Duration::ZERO,
         on_unknown: OnUnknown::Fail,
+    })
+}
+
+/// A line's `jwt-*` options, applied to the principal's rule once every option is read.
+#[derive(Default)]
+struct JwtOptions {
+    key: Option<KeyFile>,
+    iss: Vec<String>,
+    aud: Vec<String>,
+    leeway: Option<Duration>,
+    /// The header of `principal=jwt-sub:NAME`.
+    header: Option<HeaderName>,
+}
+
+/// Step 2: one `NAME=VALUE` option, set on `route` (or, for the `jwt-*` options, kept in `jwt`);
+/// `seen` holds the names of the line's options before it, each allowed once.
+fn apply_option<'a>(
+    route: &mut Route,
+    jwt: &mut JwtOptions,
+    seen: &mut Vec<&'a str>,
+    option: &'a str,
+) -> Result<(), String> {
+    let Some((name, value)) = option.split_once('=') else {
+        return Err(format!("`{option}` is not an option: write NAME=VALUE"));
     };
-    // `jwt-*` options, applied to the principal's rule once every option is read.
-    let mut jwt_key: Option<KeyFile> = None;
-    let mut jwt_iss: Vec<String> = Vec::new();
-    let mut jwt_aud: Vec<String> = Vec::new();
-    let mut jwt_leeway: Option<Duration> = None;
-    let mut jwt_header: Option<HeaderName> = None;
-    let mut seen: Vec<&str> = Vec::new();
-    for option in fields {
-        let Some((name, value)) = option.split_once('=') else {
-            return Err(format!("`{option}` is not an option: write NAME=VALUE"));
-        };
-        if level == Level::None {
-            return Err(format!(
-                "option `{name}` on a `none` route: such a route passes requests through \
-                 untouched and takes no options"
-            ));
+    if route.level == Level::None {
+        return Err(format!(
+            "option `{name}` on a `none` route: such a route passes requests through \
+             untouched and takes no options"
+        ));
+    }
+    if seen.contains(&name) {
+        return Err(format!("option `{name}` is given twice"));
+    }
+    seen.push(name);
+    let bad = |why: &str| format!("{name}={value}: {why}");
+    match name {
+        "principal" => route.principal = principal_option(value, jwt).map_err(|e| bad(&e))?,
+        "jwt-key" => jwt.key = Some(KeyFile::parse(value).map_err(|e| bad(&e))?),
+        "jwt-iss" | "jwt-aud" => {
+            let list: Vec<String> = value.split(',').map(str::to_owned).collect();
+            if list.iter().any(String::is_empty) {
+                return Err(bad("expected one value or several separated by commas"));
+            }
+            if name == "jwt-iss" {
+                jwt.iss = list;
+            } else {
+                jwt.aud = list;
+            }
         }
-        if seen.contains(&name) {
-            return Err(format!("option `{name}` is given twice"));
+        "jwt-leeway" => {
+            let d = duration(value).map_err(|e| bad(&e))?;
+            if d > Duration::from_secs(300) {
+                return Err(bad("a leeway is at most 5m"));
+            }
+            jwt.leeway = Some(d);
         }
-        seen.push(name);
-        let bad = |why: &str| format!("{name}={value}: {why}");
-        match name {
-            "principal" => {
-                route.principal = match value.split_once(':') {
-                    _ if value == "anonymous" => Principal::Anonymous,
-                    Some(("header", h)) => Principal::Header(header_name(h).map_err(|e| bad(&e))?),
-                    Some(("jwt-sub", h)) => {
-                        // Its rule is completed below, from the `jwt-*` options.
-                        jwt_header = Some(header_name(h).map_err(|e| bad(&e))?);
-                        Principal::Anonymous
-                    }
-                    Some(("jwt-sub-unverified", h)) => {
-                        Principal::JwtSubUnverified(header_name(h).map_err(|e| bad(&e))?)
-                    }
-                    _ => {
-                        return Err(bad(
-                            "expected anonymous, header:NAME, jwt-sub:NAME (the `sub` of the \
-                             JWT in header NAME, verified with jwt-key=) or \
-                             jwt-sub-unverified:NAME",
-                        ))
-                    }
-                }
+        "scope-headers" => {
+            route.scope_headers = value
+                .split(',')
+                .map(header_name)
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(&e))?
+        }
+        "lease" => {
+            let d = duration(value).map_err(|e| bad(&e))?;
+            if d < Duration::from_millis(100) || d > MAX_LEASE {
+                return Err(bad("a lease is from 100ms to 24h"));
             }
-            "jwt-key" => jwt_key = Some(KeyFile::parse(value).map_err(|e| bad(&e))?),
-            "jwt-iss" | "jwt-aud" => {
-                let list: Vec<String> = value.split(',').map(str::to_owned).collect();
-                if list.iter().any(String::is_empty) {
-                    return Err(bad("expected one value or several separated by commas"));
-                }
-                if name == "jwt-iss" {
-                    jwt_iss = list;
-                } else {
-                    jwt_aud = list;
-                }
+            route.lease = d;
+        }
+        "retention" => {
+            let d = duration(value).map_err(|e| bad(&e))?;
+            if d < Duration::from_secs(1) || d > MAX_RETENTION {
+                return Err(bad("a retention is from 1s to 400d"));
             }
-            "jwt-leeway" => {
-                let d = duration(value).map_err(|e| bad(&e))?;
-                if d > Duration::from_secs(300) {
-                    return Err(bad("a leeway is at most 5m"));
-                }
-                jwt_leeway = Some(d);
-            }
-            "scope-headers" => {
-                route.scope_headers = value
+            route.retention = d;
+        }
+        "max-body" => route.max_body = size(value).map_err(|e| bad(&e))?,
+        "fingerprint" => {
+            route.fingerprint = if value == "none" {
+                Vec::new()
+            } else {
+                value
                     .split(',')
                     .map(header_name)
                     .collect::<Result<_, _>>()
                     .map_err(|e| bad(&e))?
             }
-            "lease" => {
-                let d = duration(value).map_err(|e| bad(&e))?;
-                if d < Duration::from_millis(100) || d > MAX_LEASE {
-                    return Err(bad("a lease is from 100ms to 24h"));
-                }
-                route.lease = d;
+        }
+        "wait" => {
+            let d = duration(value).map_err(|e| bad(&e))?;
+            if d > Duration::from_secs(300) {
+                return Err(bad("a duplicate waits at most 5m"));
             }
-            "retention" => {
-                let d = duration(value).map_err(|e| bad(&e))?;
-                if d < Duration::from_secs(1) || d > MAX_RETENTION {
-                    return Err(bad("a retention is from 1s to 400d"));
-                }
-                route.retention = d;
-            }
-            "max-body" => route.max_body = size(value).map_err(|e| bad(&e))?,
-            "fingerprint" => {
-                route.fingerprint = if value == "none" {
-                    Vec::new()
-                } else {
-                    value
-                        .split(',')
-                        .map(header_name)
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| bad(&e))?
-                }
-            }
-            "wait" => {
-                let d = duration(value).map_err(|e| bad(&e))?;
-                if d > Duration::from_secs(300) {
-                    return Err(bad("a duplicate waits at most 5m"));
-                }
-                route.wait = d;
-            }
-            "on-unknown" => {
-                route.on_unknown = match value {
-                    "fail" => OnUnknown::Fail,
-                    "release" => OnUnknown::Release,
-                    _ => return Err(bad("expected fail (stored, never resent) or release")),
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "unknown option `{name}`; the options are principal, jwt-key, jwt-iss, \
-                     jwt-aud, jwt-leeway, scope-headers, lease, retention, max-body, \
-                     fingerprint, wait, on-unknown"
-                ))
+            route.wait = d;
+        }
+        "on-unknown" => {
+            route.on_unknown = match value {
+                "fail" => OnUnknown::Fail,
+                "release" => OnUnknown::Release,
+                _ => return Err(bad("expected fail (stored, never resent) or release")),
             }
         }
-    }
-    match (jwt_header, jwt_key) {
-        (Some(h), Some(keys)) => {
-            let mut rule = JwtRule::new(keys);
-            rule.issuers = jwt_iss;
-            rule.audiences = jwt_aud;
-            if let Some(l) = jwt_leeway {
-                rule.leeway = l;
-            }
-            route.principal = Principal::JwtSub(h, rule);
-        }
-        (Some(h), None) => {
+        _ => {
             return Err(format!(
-                "principal=jwt-sub:{h} needs jwt-key=secret:PATH, pem:PATH or jwks:PATH: the \
-                 proxy answers replays itself, so a token it has not verified would let anyone \
-                 use another caller's keys (behind a gateway that verifies tokens, write \
-                 principal=jwt-sub-unverified:{h})"
+                "unknown option `{name}`; the options are principal, jwt-key, jwt-iss, \
+                 jwt-aud, jwt-leeway, scope-headers, lease, retention, max-body, \
+                 fingerprint, wait, on-unknown"
             ))
         }
-        (None, _) if !jwt_iss.is_empty() || !jwt_aud.is_empty() || jwt_leeway.is_some() => {
-            return Err("jwt-iss, jwt-aud and jwt-leeway go with principal=jwt-sub:NAME".into())
-        }
-        (None, Some(_)) => {
-            return Err("jwt-key goes with principal=jwt-sub:NAME".into());
-        }
-        (None, None) => {}
     }
+    Ok(())
+}
+
+/// Step 2 for `principal=VALUE`: the principal it names (an error leaves the option out: the
+/// caller adds it). `jwt-sub:NAME` keeps NAME in `jwt` and stays anonymous until
+/// [`JwtOptions::complete_principal`].
+fn principal_option(value: &str, jwt: &mut JwtOptions) -> Result<Principal, String> {
+    Ok(match value.split_once(':') {
+        _ if value == "anonymous" => Principal::Anonymous,
+        Some(("header", h)) => Principal::Header(header_name(h)?),
+        Some(("jwt-sub", h)) => {
+            // Its rule is completed from the `jwt-*` options once the line is read.
+            jwt.header = Some(header_name(h)?);
+            Principal::Anonymous
+        }
+        Some(("jwt-sub-unverified", h)) => Principal::JwtSubUnverified(header_name(h)?),
+        _ => {
+            return Err(
+                "expected anonymous, header:NAME, jwt-sub:NAME (the `sub` of the \
+                        JWT in header NAME, verified with jwt-key=) or \
+                        jwt-sub-unverified:NAME"
+                    .to_owned(),
+            )
+        }
+    })
+}
+
+impl JwtOptions {
+    /// Step 3: `principal=jwt-sub:NAME` with its verifying rule from the `jwt-*` options, or
+    /// why those options do not go together.
+    fn complete_principal(self, route: &mut Route) -> Result<(), String> {
+        match (self.header, self.key) {
+            (Some(h), Some(keys)) => {
+                let mut rule = JwtRule::new(keys);
+                rule.issuers = self.iss;
+                rule.audiences = self.aud;
+                if let Some(l) = self.leeway {
+                    rule.leeway = l;
+                }
+                route.principal = Principal::JwtSub(h, rule);
+            }
+            (Some(h), None) => {
+                return Err(format!(
+                    "principal=jwt-sub:{h} needs jwt-key=secret:PATH, pem:PATH or jwks:PATH: the \
+                     proxy answers replays itself, so a token it has not verified would let \
+                     anyone use another caller's keys (behind a gateway that verifies tokens, \
+                     write principal=jwt-sub-unverified:{h})"
+                ))
+            }
+            (None, _) if !self.iss.is_empty() || !self.aud.is_empty() || self.leeway.is_some() => {
+                return Err("jwt-iss, jwt-aud and jwt-leeway go with principal=jwt-sub:NAME".into())
+            }
+            (None, Some(_)) => {
+                return Err("jwt-key goes with principal=jwt-sub:NAME".into());
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+}
+
+/// Step 4: the route with its scope headers in its fingerprint, once its lease is checked
+/// against its retention.
+fn finish_route(mut route: Route) -> Result<Route, String> {
     // Scope headers are part of what a key's requests must share.
     for h in &route.scope_headers {
         if !route.fingerprint.contains(h) {
@@ -601,7 +648,7 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
             human_duration(route.lease)
         ));
     }
-    Ok(Some(route))
+    Ok(route)
 }
 
 fn parse_methods(text: &str) -> Result<Option<Vec<Method>>, String> {

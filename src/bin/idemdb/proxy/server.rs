@@ -118,7 +118,29 @@ pub(crate) async fn serve(
     routes: Routes,
     metrics: PrometheusHandle,
 ) -> Result<(), String> {
-    let store: AsyncStore = match &o.store {
+    let store = open_store(&o).await?;
+    upkeep_metrics(metrics.clone());
+    let (stop, stopping) = watch::channel(false);
+    let problems = IdempotencyLayer::new(store.clone());
+    let upstream = Arc::new(Upstream::new(
+        &o.upstream,
+        o.upstream_timeout,
+        o.max_connections,
+        problems,
+        stopping,
+    )?);
+    let app = build_app(&o, routes, metrics, &store, &upstream)?;
+    let listener = bind(&o, &app, &upstream).await?;
+    let graceful = GracefulShutdown::new();
+    accept_until_signalled(&o, listener, &app, &graceful).await?;
+    drain(&o, graceful, stop, &app).await;
+    eprintln!("idemdb proxy: stopped");
+    Ok(())
+}
+
+/// Step 1: opens the store `--db` or `--postgres` names.
+async fn open_store(o: &Options) -> Result<AsyncStore, String> {
+    Ok(match &o.store {
         Target::Db(dir) => Config::new(dir)
             .durability(if o.buffered {
                 Durability::Buffered
@@ -132,10 +154,13 @@ pub(crate) async fn serve(
             .open_async()
             .await
             .map_err(|e| format!("the store on PostgreSQL: {e}"))?,
-    };
+    })
+}
+
+/// Step 2: drains the metrics recorder's samples every 5 s, for the life of the process.
+fn upkeep_metrics(upkeep: PrometheusHandle) {
     // The recorder keeps every histogram sample until upkeep drains it into its summary: without
     // this, a proxy nobody scrapes would grow by a sample per store call, forever.
-    let upkeep = metrics.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -143,15 +168,17 @@ pub(crate) async fn serve(
             upkeep.run_upkeep();
         }
     });
-    let (stop, stopping) = watch::channel(false);
-    let problems = IdempotencyLayer::new(store.clone());
-    let upstream = Arc::new(Upstream::new(
-        &o.upstream,
-        o.upstream_timeout,
-        o.max_connections,
-        problems,
-        stopping,
-    )?);
+}
+
+/// Step 3: what every request shares: the routes (their warnings printed), each keyed route's
+/// scoper and idempotent service, and the pass-through to the upstream.
+fn build_app(
+    o: &Options,
+    routes: Routes,
+    metrics: PrometheusHandle,
+    store: &AsyncStore,
+    upstream: &Arc<Upstream>,
+) -> Result<Arc<App>, String> {
     for w in routes.warnings() {
         eprintln!("idemdb proxy: warning: {w}");
     }
@@ -164,30 +191,9 @@ pub(crate) async fn serve(
     let keyed = routes
         .routes
         .iter()
-        .map(|r| {
-            (r.level != Level::None).then(|| {
-                let layer = IdempotencyLayer::new(store.clone())
-                    .methods(r.keyed_methods())
-                    .require_key(r.level == Level::Hard)
-                    // The scope was resolved (and a token verified) before the layer: `handle`.
-                    .principal(|parts| parts.extensions.get::<Scope>().and_then(|s| s.0.clone()))
-                    .fingerprint_headers(r.fingerprint.clone())
-                    .lease(r.lease)
-                    .retention(r.retention)
-                    .max_request_bytes(r.max_body)
-                    .while_running(if r.wait.is_zero() {
-                        WhileRunning::Reject
-                    } else {
-                        WhileRunning::Wait(r.wait)
-                    })
-                    // A key of a route that must not send a request twice outlives a crash of
-                    // this process, so that its next holder sees the takeover.
-                    .written_pending(r.on_unknown == OnUnknown::Fail);
-                layer.layer(Forwarder::new(upstream.clone(), r.on_unknown))
-            })
-        })
+        .map(|r| (r.level != Level::None).then(|| keyed_service(r, store, upstream)))
         .collect();
-    let app = Arc::new(App {
+    Ok(Arc::new(App {
         routes,
         keyed,
         scopers,
@@ -198,8 +204,42 @@ pub(crate) async fn serve(
         metrics,
         request_timeout: o.request_timeout,
         in_flight: Arc::default(),
-    });
+    }))
+}
 
+/// Step 3, for one keyed route: the idempotency layer its settings make, in front of the
+/// upstream.
+fn keyed_service(
+    r: &Route,
+    store: &AsyncStore,
+    upstream: &Arc<Upstream>,
+) -> Idempotency<Forwarder> {
+    let layer = IdempotencyLayer::new(store.clone())
+        .methods(r.keyed_methods())
+        .require_key(r.level == Level::Hard)
+        // The scope was resolved (and a token verified) before the layer: `handle`.
+        .principal(|parts| parts.extensions.get::<Scope>().and_then(|s| s.0.clone()))
+        .fingerprint_headers(r.fingerprint.clone())
+        .lease(r.lease)
+        .retention(r.retention)
+        .max_request_bytes(r.max_body)
+        .while_running(if r.wait.is_zero() {
+            WhileRunning::Reject
+        } else {
+            WhileRunning::Wait(r.wait)
+        })
+        // A key of a route that must not send a request twice outlives a crash of this process,
+        // so that its next holder sees the takeover.
+        .written_pending(r.on_unknown == OnUnknown::Fail);
+    layer.layer(Forwarder::new(upstream.clone(), r.on_unknown))
+}
+
+/// Step 4: binds `--listen` and prints the address it got, and what the proxy serves.
+async fn bind(
+    o: &Options,
+    app: &App,
+    upstream: &Upstream,
+) -> Result<tokio::net::TcpListener, String> {
     let listener = tokio::net::TcpListener::bind(o.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", o.listen))?;
@@ -211,10 +251,20 @@ pub(crate) async fn serve(
     eprintln!(
         "idemdb proxy: upstream http://{}, {} store, routes: {}",
         upstream.authority(),
-        store.backend_name(),
+        app.store.backend_name(),
         app.routes.source
     );
+    Ok(listener)
+}
 
+/// Step 5: serves each connection accepted (at most `--max-connections` at once) in a task of
+/// its own, watched by `graceful`, until SIGTERM or Ctrl-C; then closes the listener.
+async fn accept_until_signalled(
+    o: &Options,
+    listener: tokio::net::TcpListener,
+    app: &Arc<App>,
+    graceful: &GracefulShutdown,
+) -> Result<(), String> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("SIGTERM cannot be handled: {e}"))?;
     let signalled = async move {
@@ -224,7 +274,6 @@ pub(crate) async fn serve(
         }
     };
     tokio::pin!(signalled);
-    let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(o.max_connections.max(1)));
     loop {
         let slot = tokio::select! {
@@ -260,6 +309,12 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
+    Ok(())
+}
+
+/// Step 6: waits up to `--drain-timeout` for open connections to finish, then tells calls
+/// still at the upstream to give up (`stop`) and waits up to 30 s for every request in flight.
+async fn drain(o: &Options, graceful: GracefulShutdown, stop: watch::Sender<bool>, app: &App) {
     eprintln!(
         "idemdb proxy: stopping: no new connections; waiting up to {} ms for requests in flight",
         o.drain_timeout.as_millis()
@@ -278,8 +333,6 @@ pub(crate) async fn serve(
             "idemdb proxy: requests still unfinished after 30 s; their keys end with their leases"
         );
     }
-    eprintln!("idemdb proxy: stopped");
-    Ok(())
 }
 
 /// One request: an admin path, or routed to its keyed route or straight to the upstream, in a
