@@ -410,6 +410,7 @@ impl std::error::Error for InvalidInput {}
 
 impl Error {
     /// The database is unavailable, as `message` says (no underlying error).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn unavailable(message: impl Into<String>) -> Error {
         Error::Unavailable {
             message: message.into(),
@@ -418,6 +419,7 @@ impl Error {
     }
 
     /// A task of idemdb's that did not finish (`what`), with its join error.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) fn internal(
         what: impl Into<String>,
         e: impl std::error::Error + Send + Sync + 'static,
@@ -429,6 +431,7 @@ impl Error {
     }
 
     /// The call was made in a way the API does not allow.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn misuse(message: impl Into<String>) -> Error {
         Error::Misuse {
             message: message.into(),
@@ -437,6 +440,7 @@ impl Error {
 
     /// This error with `e` as its source, where its variant keeps one (the others are
     /// returned as they are).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn with_source(
         mut self,
         e: impl std::error::Error + Send + Sync + 'static,
