@@ -134,16 +134,11 @@ pub mod __internal {
         fingerprint: &[u8],
         now: u64,
     ) -> &'static str {
-        use crate::requests::{claim_step, ClaimStep, Found, Seen};
+        use crate::requests::{claim_step, ClaimStep, Found};
         let found = found.map(|(expires_at, fingerprint, state, lease_until)| Found {
             expires_at,
             fingerprint,
-            state: match state {
-                "pending" => Seen::Pending { lease_until },
-                "released" => Seen::Released,
-                "completed" => Seen::Completed(()),
-                _ => Seen::Failed(()),
-            },
+            state: seen_named(state, lease_until),
         });
         match claim_step(found, fingerprint, now) {
             ClaimStep::Absent => "absent",
@@ -161,18 +156,24 @@ pub mod __internal {
     /// (live, state as in [`claim_rule`], fence); `None` when the lease with token `ours` still
     /// holds it.
     pub fn holder_rule(found: Option<(bool, &str, u64)>, ours: u64) -> Option<crate::LeaseLost> {
-        use crate::requests::{lease_lost, Holding, Seen};
+        use crate::requests::{lease_lost, Holding};
         let found = found.map(|(live, state, fence)| Holding {
             live,
-            state: match state {
-                "pending" => Seen::Pending { lease_until: 0 },
-                "released" => Seen::Released,
-                "completed" => Seen::Completed(()),
-                _ => Seen::Failed(()),
-            },
+            state: seen_named(state, 0),
             fence,
         });
         lease_lost(found, ours)
+    }
+
+    /// A state by its name in [`claim_rule`]'s cases.
+    fn seen_named(state: &str, lease_until: u64) -> crate::requests::Seen<()> {
+        use crate::requests::Seen;
+        match state {
+            "pending" => Seen::Pending { lease_until },
+            "released" => Seen::Released,
+            "completed" => Seen::Completed(()),
+            _ => Seen::Failed(()),
+        }
     }
 
     /// The record key of request `(tenant, key)`.

@@ -13,7 +13,7 @@ use crate::clock::{duration_millis, Millis};
 use crate::config::Config;
 use crate::error::{InvalidInput, Result};
 use crate::record::{
-    check_duration, Checkpoint, ClaimOptions, FailKind, LeaseLost, Replay, Response,
+    check_duration, Checkpoint, ClaimOptions, FailKind, LeaseLost, Replay, Response, State,
 };
 
 /// A stored request's state as the claim and holder rules read it: each backend maps its own
@@ -32,6 +32,33 @@ pub(crate) enum Seen<R> {
     Completed(R),
     /// Failed terminally: replayed.
     Failed(R),
+}
+
+impl<R> Seen<R> {
+    /// The same state, its replay (if any) mapped by `f`.
+    pub(crate) fn map<S>(self, f: impl FnOnce(R) -> S) -> Seen<S> {
+        match self {
+            Seen::Pending { lease_until } => Seen::Pending { lease_until },
+            Seen::Released => Seen::Released,
+            Seen::Completed(r) => Seen::Completed(f(r)),
+            Seen::Failed(r) => Seen::Failed(f(r)),
+        }
+    }
+}
+
+impl<'a> Seen<(&'a Response, Millis)> {
+    /// A stored record's state as the rules read it: a finished one with its response and when
+    /// it finished.
+    pub(crate) fn of(state: &'a State) -> Self {
+        match state {
+            State::Pending { lease_until } => Seen::Pending {
+                lease_until: *lease_until,
+            },
+            State::Released => Seen::Released,
+            State::Completed { response, at } => Seen::Completed((response, *at)),
+            State::Failed { response, at } => Seen::Failed((response, *at)),
+        }
+    }
 }
 
 /// A key's stored record, as the claim rule reads it.

@@ -31,7 +31,7 @@ use crate::embedded::stripes::{Locked, Stripe, StripeGuard, Stripes, Volatile};
 use crate::embedded::waits::Finished;
 use crate::error::{corrupted, Error, Result};
 use crate::format;
-use crate::record::{Lease, LeaseLost, Record, State};
+use crate::record::{Lease, LeaseLost, Record};
 use crate::requests::{lease_lost, Holding, Seen};
 use crate::telemetry::counters::Metrics;
 
@@ -368,12 +368,7 @@ pub(crate) fn check_holder(
 ) -> std::result::Result<Record, LeaseLost> {
     let holding = rec.as_ref().map(|r| Holding {
         live: r.expires_at > now,
-        state: match r.state {
-            State::Pending { lease_until } => Seen::Pending { lease_until },
-            State::Released => Seen::Released,
-            State::Completed { .. } => Seen::Completed(()),
-            State::Failed { .. } => Seen::Failed(()),
-        },
+        state: Seen::of(&r.state).map(|_| ()),
         fence: r.fence,
     });
     match (lease_lost(holding, lease.fence), rec) {

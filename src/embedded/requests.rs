@@ -514,19 +514,11 @@ impl Store {
         fingerprint: &[u8],
         now: Millis,
     ) -> Inspected {
-        let state = match &rec.state {
-            State::Pending { lease_until } => Seen::Pending {
-                lease_until: *lease_until,
-            },
-            State::Released => Seen::Released,
-            // Never in memory (a finished record is written at once); answered alike anyway.
-            State::Completed { response, at } => Seen::Completed((response, *at)),
-            State::Failed { response, at } => Seen::Failed((response, *at)),
-        };
+        // A finished record is never in memory (it is written at once); answered alike anyway.
         let found = Found {
             expires_at: rec.expires_at,
             fingerprint: &rec.fingerprint,
-            state,
+            state: Seen::of(&rec.state),
         };
         let step = claim_step(Some(found), fingerprint, now).map_replay(|(response, at)| Replay {
             response: response.clone(),

@@ -503,27 +503,27 @@ fn lost_lease(
 ) -> Result<Option<LeaseLost>> {
     let holding = match state {
         None => None,
-        Some(code) => Some(Holding {
+        Some(_) => Some(Holding {
             live: expired != Some(true),
-            state: seen_state(code)?,
+            state: seen_state(state, 0)?,
             fence: from_i64("fence", fence.unwrap_or(0))?,
         }),
     };
     Ok(lease_lost(holding, from_i64("fence", ours)?))
 }
 
-/// A row's `state` code as the shared rules read it (the lease's end, not needed by the holder
-/// rule, is left out).
-fn seen_state(code: i16) -> Result<Seen<()>> {
+/// A row's `state` code (with its lease's end) as the shared rules read it; a code that is none
+/// of the four is a damaged row.
+pub(super) fn seen_state(code: Option<i16>, lease_until: Millis) -> Result<Seen<()>> {
     Ok(match code {
-        PENDING => Seen::Pending { lease_until: 0 },
-        RELEASED => Seen::Released,
-        COMPLETED => Seen::Completed(()),
-        FAILED => Seen::Failed(()),
+        Some(PENDING) => Seen::Pending { lease_until },
+        Some(RELEASED) => Seen::Released,
+        Some(COMPLETED) => Seen::Completed(()),
+        Some(FAILED) => Seen::Failed(()),
         other => {
             return Err(crate::error::corrupted(
                 "request row",
-                format!("unknown state {other}"),
+                format!("unknown state {other:?}"),
             ))
         }
     })

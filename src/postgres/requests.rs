@@ -14,8 +14,8 @@ use tokio_postgres::Row;
 use super::coalesce::{self, Coalescer, Kind, Turn};
 use super::send::Param;
 use super::{
-    checkpoint, from_i32, from_i64, lost_from_row, ns_code, replay, statements, to_i64, HolderCall,
-    HolderChange, PgStore, Postgres, RERUNS,
+    checkpoint, from_i32, from_i64, lost_from_row, ns_code, replay, seen_state, statements, to_i64,
+    HolderCall, HolderChange, PgStore, Postgres, RERUNS,
 };
 use super::{COMPLETED, FAILED, PENDING, RELEASED};
 use crate::clock::{duration_millis, Millis};
@@ -27,7 +27,7 @@ use crate::record::{
     RecordState, Response,
 };
 use crate::requests::{
-    check_checkpoint, check_claim, check_response, claim_step, ClaimStep, Found, Seen,
+    check_checkpoint, check_claim, check_response, claim_step, ClaimStep, Found,
 };
 use crate::telemetry::counters::Metrics;
 use crate::telemetry::spans::{lease_outcome, Op, OpKind, Stamp};
@@ -644,20 +644,10 @@ fn decide(row: &Row, fingerprint: &[u8]) -> Result<Decided> {
     let now = from_i64("database time", row.get("now"))?;
     let expires_at = from_i64("expires_at", row.get("expires_at"))?;
     let stored_fp: Option<&[u8]> = row.get("fingerprint");
-    let state = match row.get::<_, Option<i16>>("state") {
-        Some(PENDING) => Seen::Pending {
-            lease_until: from_i64("lease_until", row.get("lease_until"))?,
-        },
-        Some(RELEASED) => Seen::Released,
-        Some(COMPLETED) => Seen::Completed(()),
-        Some(FAILED) => Seen::Failed(()),
-        other => {
-            return Err(crate::error::corrupted(
-                "request row",
-                format!("unknown state {other:?}"),
-            ))
-        }
-    };
+    let state = seen_state(
+        row.get("state"),
+        from_i64("lease_until", row.get("lease_until"))?,
+    )?;
     let found = Found {
         expires_at,
         fingerprint: stored_fp.unwrap_or_default(),
