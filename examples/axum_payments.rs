@@ -230,38 +230,44 @@ async fn open_store(
     tier: Option<usize>,
     fleet: FleetOptions,
 ) -> (AsyncStore, Option<tempfile::TempDir>) {
-    let (cfg, tmp) = match (postgres, db) {
+    // The lease is a setting both backends read; durability only the embedded store's.
+    fn with_lease<B>(cfg: Config<B>, lease: Option<Duration>) -> Config<B> {
+        match lease {
+            Some(l) => cfg.lease(l),
+            None => cfg,
+        }
+    }
+    let (opened, tmp) = match (postgres, db) {
         (Some(url), _) => {
             let cfg = Config::postgres(url).coalescing(fleet.coalescing);
             let cfg = match fleet.pool {
                 Some(n) => cfg.pool_size(n),
                 None => cfg,
             };
-            (tier.map_or(cfg.clone(), |b| cfg.replay_tier(b)), None)
+            let cfg = tier.map_or(cfg.clone(), |b| cfg.replay_tier(b));
+            (with_lease(cfg, lease).open_async().await, None)
         }
-        (None, Some(p)) => (Config::new(p), None),
-        (None, None) => {
-            let t = tempfile::tempdir().expect("temp dir");
-            (Config::new(t.path()), Some(t))
+        (None, db) => {
+            let (cfg, tmp) = match db {
+                Some(p) => (Config::new(p), None),
+                None => {
+                    let t = tempfile::tempdir().expect("temp dir");
+                    (Config::new(t.path()), Some(t))
+                }
+            };
+            let durability = if synced {
+                Durability::Synced
+            } else {
+                Durability::Buffered
+            };
+            let cfg = with_lease(cfg, lease).durability(durability);
+            (cfg.open_async().await, tmp)
         }
     };
-    let durability = if synced {
-        Durability::Synced
-    } else {
-        Durability::Buffered
-    };
-    let cfg = match lease {
-        Some(l) => cfg.lease(l),
-        None => cfg,
-    };
-    let store = cfg
-        .durability(durability)
-        .open_async()
-        .await
-        .unwrap_or_else(|e| {
-            eprintln!("axum_payments: cannot open the store: {e}");
-            std::process::exit(1)
-        });
+    let store = opened.unwrap_or_else(|e| {
+        eprintln!("axum_payments: cannot open the store: {e}");
+        std::process::exit(1)
+    });
     (store, tmp)
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::Common;
 use crate::error::Result;
 use crate::format::{self};
 
@@ -142,7 +142,7 @@ pub struct Siblings {
 
 /// Checks a causal write's arguments (both backends).
 pub(crate) fn check_causal_put(
-    cfg: &Config,
+    cfg: &Common,
     tenant: &[u8],
     id: &[u8],
     actor: &str,
@@ -179,7 +179,7 @@ pub(crate) fn delete_seen(mut state: Siblings, context: &VersionVector) -> Sibli
 }
 
 /// A causal entity as stored, refused when it would pass the store's value limit.
-pub(crate) fn seal_causal(cfg: &Config, state: &Siblings) -> Result<Vec<u8>> {
+pub(crate) fn seal_causal(cfg: &Common, state: &Siblings) -> Result<Vec<u8>> {
     let encoded = format::seal_bincode("causal entity", state)?;
     cfg.check_bounded(
         "causal entity with its siblings",
@@ -206,7 +206,7 @@ pub(crate) fn decode_vv(bytes: Option<&[u8]>) -> Result<VersionVector> {
 }
 
 /// Refuses a merged replica vector that would pass the store's value limit.
-pub(crate) fn check_vv_bound(cfg: &Config, merged: &VersionVector) -> Result<()> {
+pub(crate) fn check_vv_bound(cfg: &Common, merged: &VersionVector) -> Result<()> {
     cfg.check_bounded(
         "replica version vector",
         format::to_bincode("version vector", merged)?.len(),

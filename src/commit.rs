@@ -3,7 +3,7 @@
 //! one that returns a [`CommitConflict`] wrote nothing, and names the first operation, in the
 //! order added, whose condition failed; a plan with a refused operation writes nothing.
 
-use crate::config::Config;
+use crate::config::Common;
 use crate::entities::{Expect, Version, Versioned};
 use crate::error::{Error, Result};
 use crate::record::{FailKind, Lease, LeaseLost, Response};
@@ -102,7 +102,7 @@ impl Plan {
 
     pub(crate) fn entity(
         &mut self,
-        cfg: &Config,
+        cfg: &Common,
         tenant: &[u8],
         id: &[u8],
         expect: Expect,
@@ -121,7 +121,7 @@ impl Plan {
         });
     }
 
-    pub(crate) fn lease(&mut self, cfg: &Config, lease: &Lease, end: LeaseEnd) {
+    pub(crate) fn lease(&mut self, cfg: &Common, lease: &Lease, end: LeaseEnd) {
         let checked = match &end {
             LeaseEnd::Complete(r) | LeaseEnd::Fail(FailKind::Terminal(r)) => {
                 crate::requests::check_response(cfg, "response", r)
@@ -134,7 +134,7 @@ impl Plan {
         });
     }
 
-    pub(crate) fn reserve(&mut self, cfg: &Config, index: &[u8], value: &[&[u8]], owner: &[u8]) {
+    pub(crate) fn reserve(&mut self, cfg: &Common, index: &[u8], value: &[&[u8]], owner: &[u8]) {
         let encoded = crate::format::composite(value);
         let checked = cfg
             .check_names(index, &encoded)
@@ -161,7 +161,7 @@ impl Plan {
 }
 
 /// The builder methods of a commit over a [`Plan`]: `Commit` and `AsyncCommit` each have a
-/// `plan` field and a `config()`, and get the same methods with the same checks.
+/// `plan` field and a `common()` (the settings both backends read), and get the same methods with the same checks.
 macro_rules! plan_builder {
     () => {
         /// A condition on an entity, with no write.
@@ -172,7 +172,7 @@ macro_rules! plan_builder {
             expect: $crate::Expect,
         ) -> Self {
             let write = $crate::commit::EntityWrite::Check;
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan
                 .entity(cfg, tenant.as_ref(), id.as_ref(), expect, write);
             self
@@ -187,7 +187,7 @@ macro_rules! plan_builder {
             value: impl Into<Vec<u8>>,
         ) -> Self {
             let write = $crate::commit::EntityWrite::Put(value.into());
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan
                 .entity(cfg, tenant.as_ref(), id.as_ref(), expect, write);
             self
@@ -201,7 +201,7 @@ macro_rules! plan_builder {
             expect: $crate::Expect,
         ) -> Self {
             let write = $crate::commit::EntityWrite::Delete;
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan
                 .entity(cfg, tenant.as_ref(), id.as_ref(), expect, write);
             self
@@ -211,7 +211,7 @@ macro_rules! plan_builder {
         /// it is still current.
         pub fn complete(mut self, lease: &$crate::Lease, response: $crate::Response) -> Self {
             let end = $crate::commit::LeaseEnd::Complete(response);
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan.lease(cfg, lease, end);
             self
         }
@@ -219,7 +219,7 @@ macro_rules! plan_builder {
         /// Fails an idempotency lease in the same commit, only if it is still current.
         pub fn fail(mut self, lease: &$crate::Lease, kind: $crate::FailKind) -> Self {
             let end = $crate::commit::LeaseEnd::Fail(kind);
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan.lease(cfg, lease, end);
             self
         }
@@ -231,7 +231,7 @@ macro_rules! plan_builder {
             value: &[&[u8]],
             owner: impl AsRef<[u8]>,
         ) -> Self {
-            let cfg = self.config();
+            let cfg = self.common();
             self.plan
                 .reserve(cfg, index.as_ref(), value, owner.as_ref());
             self

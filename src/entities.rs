@@ -166,7 +166,7 @@ impl Retries {
 /// The arguments' check of an entity write on either backend: the names, and the value (`None`:
 /// a delete or a condition) against the size limit.
 pub(crate) fn check_write(
-    cfg: &crate::config::Config,
+    cfg: &crate::config::Common,
     tenant: &[u8],
     id: &[u8],
     value: Option<&[u8]>,
@@ -181,7 +181,7 @@ pub(crate) fn check_write(
 /// An attempt's proposal: the condition (the version read, or absent) and `f`'s new value,
 /// checked against the size limit.
 pub(crate) fn propose<F>(
-    cfg: &crate::config::Config,
+    cfg: &crate::config::Common,
     current: Option<&Versioned>,
     f: &mut F,
 ) -> Result<(Expect, Option<Vec<u8>>)>

@@ -80,7 +80,9 @@ pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use commit::{CommitConflict, Committed};
 #[cfg(feature = "postgres")]
 pub use config::fleet::{StatementMode, SynchronousCommit, TlsMode, TlsRoots};
-pub use config::{Config, Durability, TraceTenants};
+#[cfg(feature = "postgres")]
+pub use config::OnPostgres;
+pub use config::{Config, Durability, OnDisk, TraceTenants};
 pub use consumer::{Begin, ConsumerOptions, MessageFailed};
 pub use embedded::commit::Commit;
 pub use embedded::inspect::{DataKind, Detail, Item};

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::clock::{duration_millis, Millis};
-use crate::config::Config;
+use crate::config::Common;
 use crate::error::{InvalidInput, Result};
 use crate::record::{
     check_duration, Checkpoint, ClaimOptions, FailKind, LeaseLost, Replay, Response, State,
@@ -204,7 +204,7 @@ pub enum Execution {
 /// Checks a claim's arguments against the configuration (both backends): the names, the
 /// fingerprint's length, the lease and retention; returns (lease, retention) in milliseconds.
 pub(crate) fn check_claim(
-    cfg: &Config,
+    cfg: &Common,
     tenant: &[u8],
     key: &[u8],
     fingerprint: &[u8],
@@ -227,7 +227,7 @@ pub(crate) fn check_claim(
 
 /// Checks the names and the fingerprint's length of a claim or a replay.
 pub(crate) fn check_names_and_fingerprint(
-    cfg: &Config,
+    cfg: &Common,
     tenant: &[u8],
     key: &[u8],
     fingerprint: &[u8],
@@ -245,7 +245,7 @@ pub(crate) fn check_names_and_fingerprint(
 }
 
 /// Checks a response (`what`: "response" or "failure") against the size limit.
-pub(crate) fn check_response(cfg: &Config, what: &'static str, r: &Response) -> Result<()> {
+pub(crate) fn check_response(cfg: &Common, what: &'static str, r: &Response) -> Result<()> {
     cfg.check_size(what, r.size())?;
     // PostgreSQL keeps metadata as text, which cannot hold a NUL byte: refused on both backends
     // alike, before anything is written or sent.
@@ -262,7 +262,7 @@ pub(crate) fn check_response(cfg: &Config, what: &'static str, r: &Response) -> 
 }
 
 /// Checks a checkpoint against the size limit.
-pub(crate) fn check_checkpoint(cfg: &Config, cp: &Checkpoint) -> Result<()> {
+pub(crate) fn check_checkpoint(cfg: &Common, cp: &Checkpoint) -> Result<()> {
     cfg.check_size("checkpoint", cp.phase.len() + cp.state.len())?;
     if cp.phase.contains('\0') {
         return Err(InvalidInput::NulByte {

@@ -4,7 +4,7 @@
 //! the same bound on what is stored, and on PostgreSQL the same code computing the new state
 //! from the row as read under its lock, so no concurrent write is lost on either backend.
 
-use super::{blocking, AsyncStore, Backend};
+use super::{dispatch, AsyncStore};
 use crate::causal::{Siblings, VersionVector};
 use crate::error::Result;
 
@@ -16,12 +16,10 @@ impl AsyncStore {
         tenant: impl AsRef<[u8]>,
         id: impl AsRef<[u8]>,
     ) -> Result<Siblings> {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => s.causal_get(tenant, id),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.causal_get(tenant, id).await,
-        }
+        dispatch!(
+            &self.backend,
+            causal_get(tenant.as_ref(), id.as_ref()).await
+        )
     }
 
     /// Writes `value` as `actor`, having read `context`, as
@@ -36,19 +34,10 @@ impl AsyncStore {
         value: impl Into<Vec<u8>>,
     ) -> Result<Siblings> {
         let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (t, i, a, c) = (
-                    tenant.to_vec(),
-                    id.to_vec(),
-                    actor.to_owned(),
-                    context.clone(),
-                );
-                blocking(s, move |s| s.causal_put(t, i, &a, &c, value)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.causal_put(tenant, id, actor, context, value).await,
-        }
+        dispatch!(
+            &self.backend,
+            causal_put(tenant, id, actor, context, value).await
+        )
     }
 
     /// Deletes the siblings `context` has seen, as
@@ -60,14 +49,7 @@ impl AsyncStore {
         context: &VersionVector,
     ) -> Result<Siblings> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (t, i, c) = (tenant.to_vec(), id.to_vec(), context.clone());
-                blocking(s, move |s| s.causal_delete(t, i, &c)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.causal_delete(tenant, id, context).await,
-        }
+        dispatch!(&self.backend, causal_delete(tenant, id, context).await)
     }
 
     /// Merges a replica's version vector into the one stored for `(tenant, id)`, as
@@ -79,14 +61,7 @@ impl AsyncStore {
         vv: &VersionVector,
     ) -> Result<()> {
         let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (t, i, v) = (tenant.to_vec(), id.to_vec(), vv.clone());
-                blocking(s, move |s| s.merge_replica_vector(t, i, &v)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.merge_replica_vector(tenant, id, vv).await,
-        }
+        dispatch!(&self.backend, merge_replica_vector(tenant, id, vv).await)
     }
 
     /// The merged replica vector of `(tenant, id)` (empty if none was merged), as
@@ -96,11 +71,9 @@ impl AsyncStore {
         tenant: impl AsRef<[u8]>,
         id: impl AsRef<[u8]>,
     ) -> Result<VersionVector> {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => s.replica_vector(tenant, id),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.replica_vector(tenant, id).await,
-        }
+        dispatch!(
+            &self.backend,
+            replica_vector(tenant.as_ref(), id.as_ref()).await
+        )
     }
 }

@@ -4,10 +4,9 @@
 //! application's own statements ([`AsyncStore::transaction`]), so that "request done" or
 //! "message processed" commits with the business change or not at all.
 
-use super::{blocking, AsyncStore, Backend};
+use super::{dispatch, AsyncStore};
 use crate::commit::{plan_builder, CommitConflict, Committed, Plan};
-use crate::config::Config;
-use crate::embedded::commit::Commit;
+use crate::config::Common;
 use crate::error::Result;
 
 /// A set of conditions and writes applied all or nothing, built with [`AsyncStore::commit`]:
@@ -36,20 +35,13 @@ impl AsyncStore {
     /// [`AsyncCommit::put`]), and this is refused with `InvalidInput::Config`.
     #[cfg(feature = "postgres")]
     pub async fn transaction(&self) -> Result<crate::postgres::SqlTransaction> {
-        match &self.backend {
-            Backend::Postgres(pg) => crate::postgres::SqlTransaction::begin(pg.sql.clone()).await,
-            Backend::Embedded(_) => Err(crate::Error::Unsupported {
-                operation: "an application SQL transaction",
-                hint: "it needs the PostgreSQL backend; on the embedded store write the \
-                       business data in the commit (AsyncCommit::put)",
-            }),
-        }
+        dispatch!(&self.backend, transaction().await)
     }
 }
 
 impl<'s> AsyncCommit<'s> {
-    fn config(&self) -> &'s Config {
-        &self.store.cfg
+    fn common(&self) -> &'s Common {
+        self.store.common()
     }
 
     plan_builder!();
@@ -57,14 +49,7 @@ impl<'s> AsyncCommit<'s> {
     /// Checks every condition and applies every write, or writes nothing, as
     /// [`Commit::apply`](crate::Commit::apply). On PostgreSQL: one transaction of its own.
     pub async fn apply(self) -> Result<std::result::Result<Committed, CommitConflict>> {
-        match &self.store.backend {
-            Backend::Embedded(s) => {
-                let plan = self.plan;
-                blocking(s, move |s| Commit::of_plan(s, plan).apply()).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.commit(self.plan).await,
-        }
+        dispatch!(&self.store.backend, apply(self.plan).await)
     }
 }
 
@@ -79,11 +64,6 @@ impl crate::postgres::SqlTransaction {
         self,
         commit: AsyncCommit<'_>,
     ) -> Result<std::result::Result<Committed, CommitConflict>> {
-        match &commit.store.backend {
-            Backend::Postgres(pg) => self.commit_plan(pg, commit.plan).await,
-            Backend::Embedded(_) => Err(crate::Error::misuse(
-                "the commit was built on another store than the transaction's",
-            )),
-        }
+        dispatch!(&commit.store.backend, apply_in(self, commit.plan).await)
     }
 }

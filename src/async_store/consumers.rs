@@ -6,7 +6,7 @@
 
 use std::borrow::Borrow;
 
-use super::{blocking, AsyncStore, Backend, LeaseResult, NO_RELEASE_REPORT};
+use super::{dispatch, AsyncStore, LeaseResult, NO_RELEASE_REPORT};
 use crate::consumer::{
     begin_step, claim_options, message_failure, poison_marker, Begin, BeginStep, ConsumerOptions,
     MessageFailed,
@@ -29,7 +29,7 @@ impl AsyncStore {
     ) -> Result<Begin> {
         let opts = *opts.borrow();
         let (group, id) = (group.as_ref(), message_id.as_ref());
-        self.cfg.check_names(group, id)?;
+        self.common().check_names(group, id)?;
         let claim = self
             .claim_with(
                 Namespace::Consumers,
@@ -72,13 +72,6 @@ impl AsyncStore {
         message_id: impl AsRef<[u8]>,
     ) -> Result<bool> {
         let (group, id) = (group.as_ref(), message_id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (g, i) = (group.to_vec(), id.to_vec());
-                blocking(s, move |s| s.forget_message(g, i)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.forget(Namespace::Consumers, group, id).await,
-        }
+        dispatch!(&self.backend, forget(Namespace::Consumers, group, id).await)
     }
 }

@@ -4,7 +4,7 @@
 //! database decides, and [`AsyncStore::update_entity`] backs off on a timer, never by blocking a
 //! worker thread.
 
-use super::{blocking, AsyncStore, Backend};
+use super::{dispatch, AsyncStore};
 use crate::entities::{Conflict, Expect, UpdateOptions, Version, Versioned};
 use crate::error::Result;
 
@@ -16,12 +16,10 @@ impl AsyncStore {
         tenant: impl AsRef<[u8]>,
         id: impl AsRef<[u8]>,
     ) -> Result<Option<Versioned>> {
-        let (tenant, id) = (tenant.as_ref(), id.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => s.get_entity(tenant, id),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.get_entity(tenant, id).await,
-        }
+        dispatch!(
+            &self.backend,
+            get_entity(tenant.as_ref(), id.as_ref()).await
+        )
     }
 
     /// Writes `value` if `expect` holds, as [`Store::put_entity`](crate::Store::put_entity): the new version, or the
@@ -69,13 +67,7 @@ impl AsyncStore {
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
     {
         let (tenant, id) = (tenant.as_ref().to_vec(), id.as_ref().to_vec());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                blocking(s, move |s| s.update_entity(tenant, id, opts, f)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.update_entity(&tenant, &id, opts, f).await,
-        }
+        dispatch!(&self.backend, update_entity(tenant, id, opts, f).await)
     }
 
     /// The conditional write of both backends: `value` `None` writes a tombstone.
@@ -86,17 +78,6 @@ impl AsyncStore {
         expect: Expect,
         value: Option<Vec<u8>>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (t, i) = (tenant.to_vec(), id.to_vec());
-                blocking(s, move |s| match value {
-                    Some(v) => Ok(s.put_entity(t, i, expect, v)?.map(Some)),
-                    None => s.delete_entity(t, i, expect),
-                })
-                .await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.write_entity(tenant, id, expect, value.as_deref()).await,
-        }
+        dispatch!(&self.backend, write_entity(tenant, id, expect, value).await)
     }
 }

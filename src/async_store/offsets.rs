@@ -2,7 +2,7 @@
 //! store's method of the same name means ([`Store::mark_processed`](crate::Store::mark_processed)
 //! and the others), with the same argument checks and the same limit, on either backend.
 
-use super::{blocking, AsyncStore, Backend};
+use super::{dispatch, AsyncStore};
 use crate::error::Result;
 use crate::offsets::OffsetWindow;
 
@@ -19,14 +19,10 @@ impl AsyncStore {
         offset: u64,
     ) -> Result<()> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (g, t) = (group.to_vec(), topic.to_vec());
-                blocking(s, move |s| s.mark_processed(g, t, partition, offset)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.mark_processed(group, topic, partition, offset).await,
-        }
+        dispatch!(
+            &self.backend,
+            mark_processed(group, topic, partition, offset).await
+        )
     }
 
     /// Declares every offset at or below `watermark` processed (a monotone maximum), as
@@ -39,17 +35,10 @@ impl AsyncStore {
         watermark: u64,
     ) -> Result<()> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => {
-                let (g, t) = (group.to_vec(), topic.to_vec());
-                blocking(s, move |s| s.commit_watermark(g, t, partition, watermark)).await
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                pg.commit_watermark(group, topic, partition, watermark)
-                    .await
-            }
-        }
+        dispatch!(
+            &self.backend,
+            commit_watermark(group, topic, partition, watermark).await
+        )
     }
 
     /// The processed offsets of a partition, as
@@ -61,11 +50,7 @@ impl AsyncStore {
         partition: u32,
     ) -> Result<OffsetWindow> {
         let (group, topic) = (group.as_ref(), topic.as_ref());
-        match &self.backend {
-            Backend::Embedded(s) => s.offset_window(group, topic, partition),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.offset_window(group, topic, partition).await,
-        }
+        dispatch!(&self.backend, offset_window(group, topic, partition).await)
     }
 
     /// Whether `offset` of a partition is processed (exact), as

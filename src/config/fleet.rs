@@ -1,12 +1,292 @@
-//! The settings of a store on PostgreSQL, as data: what [`Config::postgres`](crate::Config::postgres)
-//! and its setters record. Invariant: nothing here connects or parses a URL; the PostgreSQL
-//! backend (`src/postgres/settings.rs`) reads the URL and these settings when the store opens,
-//! and a setter's choice wins over the URL's.
+//! The settings of a store on PostgreSQL (`Config<OnPostgres>`), as data: what
+//! [`Config::postgres`] and its setters record. Invariant: nothing here connects or parses a
+//! URL; the PostgreSQL backend (`src/postgres/settings.rs`) reads the URL and these settings when
+//! the store opens, and a setter's choice wins over the URL's.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::{Common, Config};
+use crate::clock::Clock;
 use crate::error::{InvalidInput, Result};
+
+/// The settings of a fleet's store in PostgreSQL, the `B` of a [`Config`] made by
+/// [`Config::postgres`]; its setters are the methods of `Config<OnPostgres>`.
+#[derive(Clone)]
+pub struct OnPostgres {
+    pub(crate) settings: Settings,
+    /// Tests only: the clock a store reads instead of the database's
+    /// (`Config::postgres_test_clock`).
+    pub(crate) test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for OnPostgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: not shown.
+        let s = &self.settings;
+        f.debug_struct("OnPostgres")
+            .field("pool_size", &s.pool_size)
+            .field("buffered_claims", &s.buffered_claims)
+            .field("coalescing", &s.coalescing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config<OnPostgres> {
+    /// A configuration for a store in the PostgreSQL database at `url` (for example
+    /// `postgres://app@db.internal:5432/orders`), shared by every instance of a fleet that opens
+    /// the same database; with every default. Open it with `Config::open_async`. The shared
+    /// settings (lease, retention, their maxima, key, tenant and response limits, the sweep, the
+    /// spans) apply as on disk; the embedded store's own settings (durability, cache, write
+    /// buffer, lock stripes, the clock) do not exist here: PostgreSQL commits every decision
+    /// before answering, and every time comes from the database server's clock.
+    ///
+    /// The URL is libpq's, in either form (`postgres://user:pw@a:5432,b:5432/db?...` or
+    /// `host=a,b dbname=db ...`), with libpq's options: several hosts with
+    /// `target_session_attrs=read-write` (after a failover the pool reaches the new primary by
+    /// itself), `sslmode` (`disable`, `prefer` (the default), `require`, `verify-ca`,
+    /// `verify-full`) and `sslrootcert` (a CA file, or `system`), `options`, `application_name`,
+    /// `connect_timeout`; and idemdb's own `statement_mode=unnamed` for a pooler in transaction
+    /// mode ([`Config::statement_mode`]). docs/operating.md, "Running on managed PostgreSQL",
+    /// says what holds across a failover and through poolers.
+    pub fn postgres(url: impl Into<String>) -> Self {
+        Config {
+            common: Common::default(),
+            backend: OnPostgres {
+                settings: Settings::new(url.into()),
+                test_clock: None,
+            },
+        }
+    }
+
+    /// The most connections the store's pool opens. Default: 16.
+    #[must_use]
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.backend.settings.pool_size = n;
+        self
+    }
+
+    /// How long to wait for a connection (for a free one in the pool, or to
+    /// connect to one host: TCP, TLS, authentication and the read-write check together; a
+    /// multi-host URL tries the next host after it) before a call fails with
+    /// [`crate::Error::Unavailable`]. Default: 5 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.backend.settings.connect_timeout = d;
+        self
+    }
+
+    /// The longest a statement may run (the server's `statement_timeout`; the
+    /// client gives up one second later) before the call fails with
+    /// [`crate::Error::Unavailable`]. Default: 5 s.
+    #[must_use]
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        self.backend.settings.statement_timeout = d;
+        self
+    }
+
+    /// How connections are encrypted and what is verified (libpq's `sslmode`).
+    /// Default: the URL's `sslmode`, else [`crate::TlsMode::Prefer`] (TLS when the server
+    /// offers it, nothing verified, as libpq). A verifying mode needs [`Config::tls_roots`] or
+    /// the URL's `sslrootcert`; a certificate that does not verify fails the open with
+    /// [`crate::Error::ConnectionRejected`].
+    #[must_use]
+    pub fn tls(mut self, mode: crate::TlsMode) -> Self {
+        self.backend.settings.tls_mode = Some(mode);
+        self
+    }
+
+    /// The certificates that [`crate::TlsMode::VerifyCa`] and
+    /// [`crate::TlsMode::VerifyFull`] (and `Require`, which then verifies the chain, as libpq
+    /// does) trust: a PEM file (a managed service's CA bundle) or the system's roots. Default:
+    /// the URL's `sslrootcert` (`system` for the system's roots), else none.
+    #[must_use]
+    pub fn tls_roots(mut self, roots: crate::TlsRoots) -> Self {
+        self.backend.settings.tls_roots = Some(roots);
+        self
+    }
+
+    /// Whether concurrent calls go to the database as one statement. Claims (of
+    /// new keys, and replays) and lease ends (completions, terminal failures, releases) that
+    /// arrive while [`Config::coalesce_in_flight`] statements of their kind are in flight (or
+    /// that would wait for the pool) are sent together when one ends, as one statement over
+    /// arrays: one transaction and one WAL flush for all of them, each call with its own row's
+    /// answer (docs/design.md, "Coalesced statements"). A call that finds fewer statements in
+    /// flight goes at once, alone: coalescing never waits for a batch to fill. Measured on a
+    /// 2-core machine (docs/benchmarks.md, "Coalesced statements"): even with one statement per
+    /// call up to 16 concurrent callers (up to 9 % slower behind the HTTP layer at 16
+    /// connections), 2x and more at 64 callers over a pool of 24; so it is not yet the default.
+    /// Default: off.
+    #[must_use]
+    pub fn coalescing(mut self, on: bool) -> Self {
+        self.backend.settings.coalescing = on;
+        self
+    }
+
+    /// Whether a claim that inserts a new key's pending row commits without
+    /// waiting for its WAL flush (`synchronous_commit` off for that transaction alone). The
+    /// completion's commit, which waits for its flush, makes the claim durable with it (both are
+    /// in the one WAL, the claim first): one flushed commit per request instead of two, as the
+    /// embedded store writes once per request (docs/design.md, "One WAL flush per request";
+    /// measured in docs/benchmarks.md). Fencing tokens stay unique and increasing: a buffered
+    /// claim takes one from a block the store drew with a flushed commit. What it gives up: if
+    /// the database server crashes (or fails over) within moments of a claim, before anything
+    /// flushed it, the pending row is lost while its holder may still be running; the holder's
+    /// completion is then refused (`LeaseLost::Gone`), and a retry acquires the key and runs the
+    /// operation again. Leave it off where an operation must never run twice even then; claims
+    /// with [`crate::ClaimOptions::durable_pending`] and consumer messages always wait for
+    /// their flush. Default: off.
+    #[must_use]
+    pub fn buffered_claims(mut self, on: bool) -> Self {
+        self.backend.settings.buffered_claims = on;
+        self
+    }
+
+    /// Where the store's one listening connection connects, the one through
+    /// which claims that wait for a lease to end ([`crate::ClaimOptions::wait`]) are woken by
+    /// `LISTEN/NOTIFY` from any instance. It is opened at the first wait and kept while the store
+    /// lives. A pooler in transaction mode (PgBouncer, Supavisor's port 6543, RDS Proxy) cannot
+    /// carry `LISTEN`: give a URL that reaches the server directly or through a session-mode
+    /// pooler. Without notifications a waiting claim still ends, at the lease's end or at its
+    /// bound. Default: the store's URL.
+    #[must_use]
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.backend.settings.listen_url = Some(url.into());
+        self
+    }
+
+    /// The most calls one coalesced statement carries, and about the most
+    /// bytes of their values (keys, fingerprints, responses; a call larger than `bytes` goes
+    /// alone). Default: 128 calls, 1 MiB.
+    #[must_use]
+    pub fn coalesce_limits(mut self, calls: usize, bytes: usize) -> Self {
+        let p = &mut self.backend.settings;
+        p.coalesce_limits.rows = calls;
+        p.coalesce_limits.bytes = bytes;
+        self
+    }
+
+    /// With [`Config::coalescing`]: how many statements of one kind (claims,
+    /// lease ends) may be in flight before further calls of that kind queue for the next
+    /// coalesced statement. A call goes at once, alone, while fewer are in flight and the pool
+    /// has a connection for it; at the limit it joins the queue, which goes as one statement
+    /// when a statement of its kind ends. Default: 4.
+    #[must_use]
+    pub fn coalesce_in_flight(mut self, statements: usize) -> Self {
+        self.backend.settings.coalesce_limits.in_flight = statements;
+        self
+    }
+
+    /// Named prepared statements ([`crate::StatementMode::Prepared`]), or none
+    /// ([`crate::StatementMode::Unnamed`]: for PgBouncer in transaction mode before 1.21 or
+    /// without `max_prepared_statements`, Supavisor in transaction mode, RDS Proxy without
+    /// pinning). Default: the URL's `statement_mode`, else `Prepared`.
+    #[must_use]
+    pub fn statement_mode(mut self, mode: crate::StatementMode) -> Self {
+        self.backend.settings.statement_mode = Some(mode);
+        self
+    }
+
+    /// The `synchronous_commit` of the store's sessions, so that completions
+    /// (and every other write) wait for synchronous standbys as the application asks
+    /// ([`crate::SynchronousCommit::RemoteApply`]: applied on them before the call returns).
+    /// Default: none set (the server's, or the role's, setting; PostgreSQL's own default is
+    /// `on`). Sent as a startup option: through a pooler that drops startup options, set it on
+    /// the role instead (`ALTER ROLE ... SET synchronous_commit = ...`).
+    #[must_use]
+    pub fn synchronous_commit(mut self, level: crate::SynchronousCommit) -> Self {
+        self.backend.settings.synchronous_commit = Some(level);
+        self
+    }
+
+    /// How long opening waits for the schema's migration lock while another
+    /// instance applies a migration, before it fails with [`crate::Error::MigrationTimeout`].
+    /// The lock belongs to the schema (stores in other schemas never wait for it), and a store
+    /// whose schema is already current takes no lock at all. Default: 60 s.
+    #[must_use]
+    pub fn migration_lock_timeout(mut self, d: Duration) -> Self {
+        self.backend.settings.migration_lock_timeout = d;
+        self
+    }
+
+    /// Whether opening applies the schema migrations this build needs (in a
+    /// transaction under an advisory lock, so instances opening together apply each once).
+    /// Default: `true`. With `false`, opening checks the schema version and fails with
+    /// [`crate::Error::SchemaMismatch`] unless `idemdb migrate --postgres URL` ran.
+    #[must_use]
+    pub fn migrate_on_open(mut self, yes: bool) -> Self {
+        self.backend.settings.migrate = yes;
+        self
+    }
+
+    /// Keep finished records (completed or terminally failed) in this
+    /// instance's memory, up to `max_bytes` (keys, fingerprints, responses), so that a retry
+    /// landing on this instance is answered without a database round trip. Pending records are
+    /// never kept; an entry is never served at or past its record's expiry (by the database's
+    /// clock, estimated from the answer that filled it), nor longer than
+    /// [`Config::replay_tier_max_age`] after it was filled: a record forgotten through another
+    /// instance may still be replayed here for that long (one forgotten through this store, not
+    /// at all). The oldest entries leave first when the budget is full. Default: 0 (no tier).
+    #[must_use]
+    pub fn replay_tier(mut self, max_bytes: usize) -> Self {
+        self.backend.settings.tier_bytes = max_bytes;
+        self
+    }
+
+    /// The longest an entry of the replay tier ([`Config::replay_tier`]) is
+    /// served after it was filled, which bounds how long a record forgotten through another
+    /// instance can still be replayed by this one. Default: 60 s.
+    #[must_use]
+    pub fn replay_tier_max_age(mut self, d: Duration) -> Self {
+        self.backend.settings.tier_max_age = d;
+        self
+    }
+
+    /// Tests only, not part of the stable API: the store reads `clock` instead of the
+    /// database's clock, so a manual clock can drive it.
+    #[cfg(feature = "__internal")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn postgres_test_clock(mut self, clock: impl Clock) -> Self {
+        self.backend.test_clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Refuses settings out of their ranges, the shared ones first.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.common.validate()?;
+        let bad = |m: String| Err(InvalidInput::Config(m).into());
+        let p = &self.backend.settings;
+        if !(1..=1024).contains(&p.pool_size) {
+            return bad(format!("pool_size {} is not in 1..=1024", p.pool_size));
+        }
+        let l = p.coalesce_limits;
+        if !(1..=1024).contains(&l.in_flight) {
+            return bad(format!(
+                "coalesce_in_flight {} is not in 1..=1024",
+                l.in_flight
+            ));
+        }
+        if !(1..=10_000).contains(&l.rows) || !(1..=64 << 20).contains(&l.bytes) {
+            return bad(format!(
+                "coalesce_limits ({} calls, {} bytes) must be 1..=10000 calls and \
+                 1..=64 MiB",
+                l.rows, l.bytes
+            ));
+        }
+        if p.connect_timeout.is_zero()
+            || p.statement_timeout.is_zero()
+            || p.migration_lock_timeout.is_zero()
+        {
+            return bad(
+                "connect_timeout, statement_timeout and migration_lock_timeout must be positive"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
 
 /// How a PostgreSQL store sends its statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,7 +333,7 @@ impl SynchronousCommit {
     }
 }
 
-/// Connection settings of a store on PostgreSQL (see [`crate::Config::postgres`]).
+/// Connection settings of a store on PostgreSQL (see [`Config::postgres`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) url: String,

@@ -40,11 +40,11 @@ impl Store {
         value: impl Into<Vec<u8>>,
     ) -> Result<Siblings> {
         let (tenant, id, value) = (tenant.as_ref(), id.as_ref(), value.into());
-        check_causal_put(self.config(), tenant, id, actor, &value)?;
+        check_causal_put(&self.config().common, tenant, id, actor, &value)?;
         let key = entity_key(Kind::Causal, tenant, id);
         let _g = self.core.lock(&key);
         let state = put_sibling(self.load_causal(&key)?, actor, context, value);
-        let encoded = seal_causal(self.config(), &state)?;
+        let encoded = seal_causal(&self.config().common, &state)?;
         let mut b = self.core.engine().batch();
         b.put(Cf::Versions, &key, &encoded);
         self.core.engine().write(b)?;
@@ -105,7 +105,7 @@ impl Store {
             .core
             .load_sealed::<VersionVector>("version vector", &key)?
             .merged(vv);
-        check_vv_bound(self.config(), &merged)?;
+        check_vv_bound(&self.config().common, &merged)?;
         let mut b = self.core.engine().batch();
         b.merge(Cf::Versions, &key, &operand);
         self.core.engine().write(b)

@@ -3,7 +3,7 @@
 //! one `WriteBatch` or nothing at all; after any crash either all of its writes are there or none.
 
 use crate::commit::{plan_builder, CommitConflict, Committed, EntityWrite, LeaseEnd, Plan, PlanOp};
-use crate::config::Config;
+use crate::config::Common;
 use crate::embedded::core::{add_record, check_holder};
 use crate::embedded::engine::Cf;
 use crate::embedded::Store;
@@ -55,8 +55,8 @@ impl Store {
 }
 
 impl<'s> Commit<'s> {
-    fn config(&self) -> &'s Config {
-        self.store.config()
+    fn common(&self) -> &'s Common {
+        &self.store.config().common
     }
 
     plan_builder!();

@@ -77,25 +77,29 @@ impl Core {
     /// store id, fencing-token and time high-water marks.
     pub(crate) fn open(cfg: Config) -> Result<Core> {
         cfg.validate()?;
-        if !cfg.read_only {
-            std::fs::create_dir_all(&cfg.path).map_err(|e| {
-                crate::error::io(format_args!("cannot create {}", cfg.path.display()), e)
+        if !cfg.backend.read_only {
+            std::fs::create_dir_all(&cfg.backend.path).map_err(|e| {
+                crate::error::io(
+                    format_args!("cannot create {}", cfg.backend.path.display()),
+                    e,
+                )
             })?;
         }
         let (engine, created) = Engine::open(
-            &cfg.path,
+            &cfg.backend.path,
             &EngineOptions {
-                sync: cfg.durability == crate::config::Durability::Synced,
-                cache_bytes: cfg.cache_bytes,
-                write_buffer_bytes: cfg.write_buffer_bytes,
+                sync: cfg.backend.durability == crate::config::Durability::Synced,
+                cache_bytes: cfg.backend.cache_bytes,
+                write_buffer_bytes: cfg.backend.write_buffer_bytes,
                 in_memory: cfg
+                    .backend
                     .in_memory
                     .as_ref()
                     .and_then(|e| e.0.downcast_ref::<MemEnv>())
                     .cloned(),
                 hooks: crate::embedded::schema::hooks,
                 format: format::FORMAT,
-                read_only: cfg.read_only,
+                read_only: cfg.backend.read_only,
             },
         )?;
         let store_id = init_meta(&engine, created)?;
@@ -103,7 +107,7 @@ impl Core {
         // Store time resumes where it was (never earlier), whatever the clock says now.
         let time_mark = read_meta_u64(&engine, META_TIME, "meta/time_high_water")?;
         engine.observe_time(time_mark);
-        let stripes = Stripes::new(cfg.lock_stripes, crate::keys::random_u128() as u64);
+        let stripes = Stripes::new(cfg.backend.lock_stripes, crate::keys::random_u128() as u64);
         let core = Core {
             engine,
             cfg,
@@ -127,7 +131,7 @@ impl Core {
     /// before, in this process or before a restart (see [`crate::Clock`]).
     pub fn now(&self) -> Millis {
         let inner = self;
-        let clock = inner.cfg.clock.now_millis();
+        let clock = inner.cfg.backend.clock.now_millis();
         let t = if clock <= inner.time_reserved.load(Ordering::Acquire) || inner.engine.read_only()
         {
             clock
@@ -292,7 +296,7 @@ impl Core {
 
     /// Whether a new in-memory record fits under [`Config::pending_in_memory`].
     pub(crate) fn memory_room(&self) -> bool {
-        self.stripes.volatile_count() < self.cfg.pending_in_memory
+        self.stripes.volatile_count() < self.cfg.backend.pending_in_memory
     }
 
     pub(crate) fn load(&self, rkey: &[u8]) -> Result<Option<Record>> {
@@ -309,11 +313,11 @@ impl Core {
     }
 
     pub(crate) fn check_names(&self, tenant: &[u8], key: &[u8]) -> Result<()> {
-        self.cfg.check_names(tenant, key)
+        self.cfg.common.check_names(tenant, key)
     }
 
     pub(crate) fn check_size(&self, what: &'static str, len: usize) -> Result<()> {
-        self.cfg.check_size(what, len)
+        self.cfg.common.check_size(what, len)
     }
 }
 

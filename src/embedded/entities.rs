@@ -75,7 +75,7 @@ impl Store {
             if retries.escalated() {
                 return self.update_locked(tenant, id, f);
             }
-            let (expect, new) = propose(self.config(), current.as_ref(), &mut f)?;
+            let (expect, new) = propose(&self.config().common, current.as_ref(), &mut f)?;
             match self.write_entity(tenant, id, expect, new.as_deref())? {
                 Ok(ver) => return Ok(written(new, ver)),
                 Err(conflict) => match retries.after(conflict) {
@@ -124,7 +124,7 @@ impl Store {
         expect: Expect,
         value: Option<&[u8]>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        check_write(self.config(), tenant, id, value)?;
+        check_write(&self.config().common, tenant, id, value)?;
         let key = entity_key(Kind::Entity, tenant, id);
         let _g = self.core.lock(&key);
         let cur = self.load_entity(&key)?;

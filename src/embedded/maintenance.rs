@@ -169,7 +169,7 @@ impl Store {
         self.stop_sweeper();
         let other_handles = Arc::strong_count(&self.core) - 1;
         if other_handles > 0 {
-            if let Some(every) = self.core.cfg.sweep_interval {
+            if let Some(every) = self.core.cfg.common.sweep_interval {
                 self.start_sweeper(every);
             }
             return Err(Error::InUse { other_handles });

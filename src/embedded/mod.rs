@@ -42,15 +42,7 @@ pub struct Store {
 impl Store {
     /// Opens the store described by `cfg` (see [`Config`]).
     pub fn open(cfg: Config) -> Result<Store> {
-        #[cfg(feature = "postgres")]
-        if cfg.postgres.is_some() {
-            return Err(crate::Error::Unsupported {
-                operation: "Config::open on a PostgreSQL configuration",
-                hint: "a PostgreSQL store has the async API only: open it with \
-                       Config::open_async().await",
-            });
-        }
-        let sweep_interval = cfg.sweep_interval.filter(|_| !cfg.read_only);
+        let sweep_interval = cfg.common.sweep_interval.filter(|_| !cfg.backend.read_only);
         let store = Store {
             core: Arc::new(Core::open(cfg)?),
         };
@@ -79,8 +71,8 @@ impl Store {
     }
 }
 
-impl Config {
-    /// Opens (or creates) the store.
+impl Config<crate::config::OnDisk> {
+    /// Opens (or creates) the embedded store.
     pub fn open(self) -> Result<Store> {
         Store::open(self)
     }
@@ -89,8 +81,8 @@ impl Config {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("path", &self.core.cfg.path)
-            .field("durability", &self.core.cfg.durability)
+            .field("path", &self.core.cfg.backend.path)
+            .field("durability", &self.core.cfg.backend.durability)
             .finish_non_exhaustive()
     }
 }

@@ -35,7 +35,7 @@ impl Store {
             return Ok(());
         }
         w.join(&OffsetWindow::processed(offset));
-        let limit = self.config().max_offset_gaps;
+        let limit = self.config().common.max_offset_gaps;
         if w.above.len() > limit {
             return Err(window_full(limit));
         }

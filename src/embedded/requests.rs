@@ -69,7 +69,7 @@ impl Store {
         fingerprint: &[u8],
         opts: ClaimOptions,
     ) -> Result<Claim> {
-        let op = Op::start(OpKind::of_claim(ns), &self.core.cfg, tenant, key);
+        let op = Op::start(OpKind::of_claim(ns), &self.core.cfg.common, tenant, key);
         let r = self.claim_decide(ns, tenant, key, fingerprint, opts);
         if let Ok(Claim::Acquired(l)) = &r {
             op.fence(l.fence);
@@ -86,7 +86,8 @@ impl Store {
         opts: ClaimOptions,
     ) -> Result<Claim> {
         self.core.engine.check_writable()?;
-        let (lease_ms, retention_ms) = check_claim(&self.core.cfg, tenant, key, fingerprint, opts)?;
+        let (lease_ms, retention_ms) =
+            check_claim(&self.core.cfg.common, tenant, key, fingerprint, opts)?;
         let m = &self.core.metrics;
 
         let rkey = format::record_key(ns, tenant, key);
@@ -198,8 +199,8 @@ impl Store {
         lease: &Lease,
         response: Response,
     ) -> Result<crate::record::LeaseResult> {
-        let op = Op::held(OpKind::Complete, &self.core.cfg, lease);
-        let r = check_response(&self.core.cfg, "response", &response).and_then(|()| {
+        let op = Op::held(OpKind::Complete, &self.core.cfg.common, lease);
+        let r = check_response(&self.core.cfg.common, "response", &response).and_then(|()| {
             self.with_lease(lease, true, |rec, now| {
                 rec.complete(response, now);
                 Ok(())
@@ -214,10 +215,10 @@ impl Store {
     /// Ends the leased operation as failed: either releases the key for a retry or stores a
     /// terminal failure that later claims replay.
     pub fn fail(&self, lease: &Lease, kind: FailKind) -> Result<crate::record::LeaseResult> {
-        let op = Op::held(OpKind::Fail, &self.core.cfg, lease);
+        let op = Op::held(OpKind::Fail, &self.core.cfg.common, lease);
         let terminal = matches!(kind, FailKind::Terminal(_));
         let checked = match &kind {
-            FailKind::Terminal(resp) => check_response(&self.core.cfg, "failure", resp),
+            FailKind::Terminal(resp) => check_response(&self.core.cfg.common, "failure", resp),
             FailKind::Retryable => Ok(()),
         };
         let r = checked.and_then(|()| {
@@ -243,10 +244,10 @@ impl Store {
     /// Extends the lease to `extra` from now (and the record's retention if it would end
     /// sooner). Updates `lease` in place.
     pub fn renew(&self, lease: &mut Lease, extra: Duration) -> Result<crate::record::LeaseResult> {
-        let op = Op::held(OpKind::Renew, &self.core.cfg, lease);
+        let op = Op::held(OpKind::Renew, &self.core.cfg.common, lease);
         let extra_ms = duration_millis(extra);
         // A renewal keeps an in-memory record in memory (it has nothing new to keep).
-        let r = check_duration("renewal", extra, self.core.cfg.max_lease).and_then(|()| {
+        let r = check_duration("renewal", extra, self.core.cfg.common.max_lease).and_then(|()| {
             self.with_lease(lease, false, |rec, now| {
                 let until = now.saturating_add(extra_ms);
                 rec.state = State::Pending { lease_until: until };
@@ -275,9 +276,9 @@ impl Store {
             phase: phase.into(),
             state: state.into(),
         };
-        let op = Op::held(OpKind::Checkpoint, &self.core.cfg, lease);
+        let op = Op::held(OpKind::Checkpoint, &self.core.cfg.common, lease);
         // A recovery point must reach the next acquirer after a crash: written, with the record.
-        let r = check_checkpoint(&self.core.cfg, &cp).and_then(|()| {
+        let r = check_checkpoint(&self.core.cfg.common, &cp).and_then(|()| {
             self.with_lease(lease, true, |rec, _| {
                 rec.checkpoint = Some(cp);
                 Ok(())
@@ -304,7 +305,7 @@ impl Store {
         F: FnOnce(&Lease) -> std::result::Result<Response, FailKind>,
     {
         let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
-        let deadline = Instant::now() + self.core.cfg.duplicate_wait;
+        let deadline = Instant::now() + self.core.cfg.backend.duplicate_wait;
         let lease = loop {
             let ticket = self.core.finished.ticket();
             match self.claim(tenant, key, fingerprint, ClaimOptions::default())? {
@@ -414,7 +415,7 @@ impl Store {
         key: &[u8],
         fingerprint: &[u8],
     ) -> Result<Option<Claim>> {
-        if check_names_and_fingerprint(self.config(), tenant, key, fingerprint).is_err() {
+        if check_names_and_fingerprint(&self.config().common, tenant, key, fingerprint).is_err() {
             return Ok(None);
         }
         let now = self.now();
@@ -443,7 +444,7 @@ impl Store {
         f: impl FnOnce(ReplayView<'_>) -> T,
     ) -> Result<Option<T>> {
         let (tenant, key, fingerprint) = (tenant.as_ref(), key.as_ref(), fingerprint.as_ref());
-        check_names_and_fingerprint(&self.core.cfg, tenant, key, fingerprint)?;
+        check_names_and_fingerprint(&self.core.cfg.common, tenant, key, fingerprint)?;
         let now = self.now();
         let rkey = format::record_key(Namespace::Requests, tenant, key);
         // A finished record is never only in memory (it is written when it finishes), and an

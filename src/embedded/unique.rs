@@ -27,7 +27,7 @@ impl Store {
         let (index, owner) = (index.as_ref(), owner.as_ref());
         let op = Op::start(
             OpKind::Reserve,
-            &self.core.cfg,
+            &self.core.cfg.common,
             index,
             &format::composite(value),
         );
@@ -52,7 +52,7 @@ impl Store {
         let index = index.as_ref();
         let op = Op::start(
             OpKind::Reserve,
-            &self.core.cfg,
+            &self.core.cfg.common,
             index,
             &format::composite(value),
         );

@@ -265,9 +265,9 @@ impl IdempotencyLayer {
     pub fn new(store: impl Into<AsyncStore>) -> Self {
         let store = store.into();
         let stats = Arc::new(Counters::default());
-        let lease = store.config().lease;
-        let retention = store.config().retention;
-        let max_key_len = store.config().max_key_len;
+        let lease = store.common().lease;
+        let retention = store.common().retention;
+        let max_key_len = store.common().max_key_len;
         IdempotencyLayer {
             opts: Arc::new(Options {
                 store,
@@ -320,7 +320,7 @@ impl IdempotencyLayer {
     /// The longest key accepted, in bytes. Default and ceiling: the store's `max_key_len` (255).
     #[must_use]
     pub fn max_key_len(self, n: usize) -> Self {
-        self.with(|o| o.max_key_len = n.min(o.store.config().max_key_len))
+        self.with(|o| o.max_key_len = n.min(o.store.common().max_key_len))
     }
 
     /// Who is asking: every key is scoped by the principal (account, tenant, API key id) this
@@ -435,7 +435,7 @@ impl IdempotencyLayer {
     /// [`IdempotencyLayer::principal`]), for example to inspect or forget a record with the
     /// `idemdb` command; `None` for an empty principal or one the store cannot hold.
     pub fn tenant_of(&self, principal: &str) -> Option<String> {
-        tenant::tenant_of(principal, self.opts.store.config().max_tenant_len).ok()
+        tenant::tenant_of(principal, self.opts.store.common().max_tenant_len).ok()
     }
 
     /// What the layer has done so far (shared by every service this layer built).

@@ -195,7 +195,7 @@ fn caller_tenant(opts: &Options, parts: &http::request::Parts, key: &str) -> Ste
             crate::telemetry::spans::short_hash(&[principal.as_bytes()]).as_str(),
         );
     }
-    match tenant_of(&principal, opts.store.config().max_tenant_len) {
+    match tenant_of(&principal, opts.store.common().max_tenant_len) {
         Ok(t) => {
             if !span.is_disabled() {
                 let hash = crate::telemetry::spans::trace_key_hash(t.as_bytes(), key.as_bytes());
@@ -391,7 +391,7 @@ where
 {
     let stats = &opts.stats;
     let allowed = opts.replay_headers.clone();
-    let max = opts.store.config().max_response_bytes;
+    let max = opts.store.common().max_response_bytes;
     let mut handler = CatchPanic(Box::pin(async move {
         let resp = match inner.call(req).await {
             Ok(r) => r,

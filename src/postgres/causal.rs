@@ -73,7 +73,7 @@ impl PgStore {
 /// same code computing the new state from the row as read under its lock.
 impl Postgres {
     pub(crate) async fn causal_get(&self, tenant: &[u8], id: &[u8]) -> Result<Siblings> {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         let bytes = self
             .sql
             .causal_get(crate::postgres::CausalKind::Entity, tenant, id)
@@ -89,13 +89,13 @@ impl Postgres {
         context: &VersionVector,
         value: Vec<u8>,
     ) -> Result<Siblings> {
-        crate::causal::check_causal_put(&self.cfg, tenant, id, actor, &value)?;
+        crate::causal::check_causal_put(&self.cfg.common, tenant, id, actor, &value)?;
         let cfg = self.cfg.clone();
         self.sql
             .causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
                 let state = crate::causal::decode_causal(cur)?;
                 let state = crate::causal::put_sibling(state, actor, context, value);
-                let sealed = crate::causal::seal_causal(&cfg, &state)?;
+                let sealed = crate::causal::seal_causal(&cfg.common, &state)?;
                 Ok((Some(sealed), state))
             })
             .await
@@ -107,7 +107,7 @@ impl Postgres {
         id: &[u8],
         context: &VersionVector,
     ) -> Result<Siblings> {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         self.sql
             .causal_update(crate::postgres::CausalKind::Entity, tenant, id, |cur| {
                 let left = match crate::causal::decode_causal(cur) {
@@ -131,7 +131,7 @@ impl Postgres {
         id: &[u8],
         vv: &VersionVector,
     ) -> Result<()> {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         let cfg = self.cfg.clone();
         self.sql
             .causal_update(
@@ -140,7 +140,7 @@ impl Postgres {
                 id,
                 |cur| {
                     let merged = crate::causal::decode_vv(cur)?.merged(vv);
-                    crate::causal::check_vv_bound(&cfg, &merged)?;
+                    crate::causal::check_vv_bound(&cfg.common, &merged)?;
                     Ok((Some(crate::causal::encode_vv(&merged)?), ()))
                 },
             )
@@ -148,7 +148,7 @@ impl Postgres {
     }
 
     pub(crate) async fn replica_vector(&self, tenant: &[u8], id: &[u8]) -> Result<VersionVector> {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         let bytes = self
             .sql
             .causal_get(crate::postgres::CausalKind::ReplicaVector, tenant, id)

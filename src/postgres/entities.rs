@@ -164,7 +164,7 @@ impl PgStore {
 impl Postgres {
     /// The current value and version, or `None` if absent or deleted.
     pub(crate) async fn get_entity(&self, tenant: &[u8], id: &[u8]) -> Result<Option<Versioned>> {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         self.sql.get_entity(tenant, id).await
     }
 
@@ -176,7 +176,7 @@ impl Postgres {
         expect: Expect,
         value: Option<&[u8]>,
     ) -> Result<std::result::Result<Option<Version>, Conflict>> {
-        check_write(&self.cfg, tenant, id, value)?;
+        check_write(&self.cfg.common, tenant, id, value)?;
         self.sql.put_entity(tenant, id, expect, value).await
     }
 
@@ -192,10 +192,10 @@ impl Postgres {
     where
         F: FnMut(Option<&[u8]>) -> Option<Vec<u8>> + Send + 'static,
     {
-        self.cfg.check_names(tenant, id)?;
+        self.cfg.common.check_names(tenant, id)?;
         let mut current = self.sql.get_entity(tenant, id).await?;
         let mut retries = Retries::new(&opts);
-        let max = self.cfg.max_response_bytes;
+        let max = self.cfg.common.max_response_bytes;
         while retries.next_attempt() {
             if retries.escalated() {
                 match self.sql.update_locked(tenant, id, max, &mut f).await? {
@@ -204,7 +204,7 @@ impl Postgres {
                     None => continue,
                 }
             }
-            let (expect, new) = propose(&self.cfg, current.as_ref(), &mut f)?;
+            let (expect, new) = propose(&self.cfg.common, current.as_ref(), &mut f)?;
             match self
                 .sql
                 .put_entity(tenant, id, expect, new.as_deref())

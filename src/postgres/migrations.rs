@@ -5,7 +5,7 @@
 //! lock, so instances that open the store at the same moment apply each step exactly once.
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// One step of the schema.
 pub(crate) struct Migration {
@@ -980,17 +980,10 @@ pub struct SchemaStep {
     pub applied_at: Option<String>,
 }
 
-impl Config {
-    fn postgres_settings(&self, operation: &'static str) -> Result<&super::Settings> {
-        self.postgres.as_ref().ok_or(Error::Unsupported {
-            operation,
-            hint: "only a store on PostgreSQL (Config::postgres) has a schema",
-        })
-    }
-
-    /// PostgreSQL only: every step of the schema this build knows, with when each was applied.
+impl Config<crate::config::OnPostgres> {
+    /// Every step of the schema this build knows, with when each was applied.
     pub async fn schema_status(&self) -> Result<Vec<SchemaStep>> {
-        let pg = super::PgStore::connect(self.postgres_settings("schema_status")?, None)?;
+        let pg = super::PgStore::connect(&self.backend.settings, None)?;
         let applied = pg.migration_status().await?;
         Ok(MIGRATIONS
             .iter()
@@ -1005,7 +998,7 @@ impl Config {
             .collect())
     }
 
-    /// PostgreSQL only: moves the schema to version `to` (`None`: the latest this build knows),
+    /// Moves the schema to version `to` (`None`: the latest this build knows),
     /// applying the steps above the current version or undoing those above `to` (newest first;
     /// undoing drops their tables and data, and `Some(0)` removes every idemdb table). Each step
     /// runs in its own transaction under an advisory lock. Returns the versions applied, or
@@ -1019,7 +1012,7 @@ impl Config {
             ))
             .into());
         }
-        let pg = super::PgStore::connect(self.postgres_settings("migrate_schema")?, None)?;
+        let pg = super::PgStore::connect(&self.backend.settings, None)?;
         let current = pg.schema_version().await?;
         if target >= current {
             pg.migrate_up(Some(target)).await

@@ -61,7 +61,7 @@ use send::{Param, Session};
 
 use crate::clock::{Clock, Millis};
 use crate::config::fleet::StatementMode;
-use crate::config::Config;
+use crate::config::{Config, OnPostgres};
 use crate::error::{Error, Result};
 use crate::format::Namespace;
 use crate::record::{Checkpoint, LeaseLost, Replay, Response};
@@ -88,10 +88,12 @@ const RERUNS: u32 = 8;
 
 /// The PostgreSQL backend as a whole: what every call of the async API means on PostgreSQL, with
 /// the same argument checks, outcomes, counters and spans as the embedded store. Its SQL is
-/// [`PgStore`]'s; the replay tier, the counters and the sweeper are this process's.
+/// [`PgStore`]'s; the replay tier, the counters and the sweeper are this process's. A cheap
+/// handle: clones share all of it.
+#[derive(Clone)]
 pub(crate) struct Postgres {
     pub(crate) sql: Arc<PgStore>,
-    pub(crate) cfg: Arc<Config>,
+    pub(crate) cfg: Arc<Config<OnPostgres>>,
     /// The local replay tier, if configured.
     tier: Option<Arc<replay_tier::ReplayTier>>,
     /// This process's outcome counters.
@@ -100,12 +102,13 @@ pub(crate) struct Postgres {
 
 impl Postgres {
     /// Opens the store `cfg` describes (a PostgreSQL configuration), and starts its sweeper.
-    pub(crate) async fn open(cfg: Arc<Config>, settings: &Settings) -> Result<Postgres> {
+    pub(crate) async fn open(cfg: Config<OnPostgres>) -> Result<Postgres> {
         cfg.validate()?;
-        let clock = cfg.postgres_test_clock.then(|| cfg.clock.clone());
-        let sql = Arc::new(PgStore::open(settings, clock).await?);
+        let cfg = Arc::new(cfg);
+        let settings = &cfg.backend.settings;
+        let sql = Arc::new(PgStore::open(settings, cfg.backend.test_clock.clone()).await?);
         let metrics = Arc::new(Metrics::default());
-        if let Some(every) = cfg.sweep_interval {
+        if let Some(every) = cfg.common.sweep_interval {
             tokio::spawn(requests::sweep_in_background(
                 Arc::downgrade(&sql),
                 Arc::downgrade(&metrics),

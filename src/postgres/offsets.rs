@@ -79,8 +79,8 @@ impl Postgres {
         partition: u32,
         offset: u64,
     ) -> Result<()> {
-        self.cfg.check_names(group, topic)?;
-        let limit = Some(self.cfg.max_offset_gaps);
+        self.cfg.common.check_names(group, topic)?;
+        let limit = Some(self.cfg.common.max_offset_gaps);
         self.sql
             .join_offsets(group, topic, partition, 0, Some(offset), limit)
             .await
@@ -93,7 +93,7 @@ impl Postgres {
         partition: u32,
         watermark: u64,
     ) -> Result<()> {
-        self.cfg.check_names(group, topic)?;
+        self.cfg.common.check_names(group, topic)?;
         // `next` cannot count past `u64::MAX`: that offset is kept in the set instead,
         // as on the embedded store.
         let (next, add) = match watermark.checked_add(1) {
@@ -111,7 +111,7 @@ impl Postgres {
         topic: &[u8],
         partition: u32,
     ) -> Result<OffsetWindow> {
-        self.cfg.check_names(group, topic)?;
+        self.cfg.common.check_names(group, topic)?;
         self.sql.offset_window(group, topic, partition).await
     }
 }

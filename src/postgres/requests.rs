@@ -79,21 +79,18 @@ impl Postgres {
         fingerprint: &[u8],
         opts: ClaimOptions,
     ) -> ClaimAsk {
-        let (lease_ms, retention_ms) = match check_claim(&self.cfg, tenant, key, fingerprint, opts)
-        {
-            Ok(checked) => checked,
-            Err(e) => {
-                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
-                return ClaimAsk::Answered(op.end_with(Err(e), Claim::outcome));
-            }
-        };
+        let (lease_ms, retention_ms) =
+            match check_claim(&self.cfg.common, tenant, key, fingerprint, opts) {
+                Ok(checked) => checked,
+                Err(e) => {
+                    let op = Op::start(OpKind::of_claim(ns), &self.cfg.common, tenant, key);
+                    return ClaimAsk::Answered(op.end_with(Err(e), Claim::outcome));
+                }
+            };
         if let Some(tier) = &self.tier {
-            let test_now = self
-                .cfg
-                .postgres_test_clock
-                .then(|| self.cfg.clock.now_millis());
+            let test_now = self.cfg.backend.test_clock.as_ref().map(|c| c.now_millis());
             if let Some(answer) = tier.get(ns as u8, tenant, key, fingerprint, test_now) {
-                let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+                let op = Op::start(OpKind::of_claim(ns), &self.cfg.common, tenant, key);
                 self.metrics.count_claim(&answer);
                 return ClaimAsk::Answered(op.end_with(Ok(answer), Claim::outcome));
             }
@@ -124,14 +121,14 @@ impl Postgres {
         // (`lost_claims.rs`), before anything reads the key: this claim is then a new attempt,
         // not a 409 for the lost claim's lease nor, after it, a takeover of it.
         if let Err(e) = self.sql.settle_lost_claim(ns, tenant, key).await {
-            let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+            let op = Op::start(OpKind::of_claim(ns), &self.cfg.common, tenant, key);
             return ReadFirst::Answered(op.end_with(Err(e), Claim::outcome));
         }
         if !self.sql.reads_first() {
             return go(None);
         }
         let asked = Stamp::now();
-        let op = || Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key).since(asked);
+        let op = || Op::start(OpKind::of_claim(ns), &self.cfg.common, tenant, key).since(asked);
         let row = match self.sql.read(ns, tenant, key).await {
             Ok(Some(row)) => row,
             Ok(None) => return go(None),
@@ -160,7 +157,7 @@ impl Postgres {
         fingerprint: &[u8],
         Pending { checked, read }: Pending,
     ) -> Result<Claim> {
-        let op = Op::start(OpKind::of_claim(ns), &self.cfg, tenant, key);
+        let op = Op::start(OpKind::of_claim(ns), &self.cfg.common, tenant, key);
         let claim = self
             .sql
             .claim(ns, tenant, key, fingerprint, checked, read)
@@ -195,7 +192,7 @@ impl Postgres {
             H::Renew(_) => (OpKind::Renew, "renewed", &m.renewed),
             H::Checkpoint(_) => (OpKind::Checkpoint, "checkpointed", &m.checkpointed),
         };
-        let op = Op::held(kind, &self.cfg, lease);
+        let op = Op::held(kind, &self.cfg.common, lease);
         let r = match checked {
             Ok(()) => self.sql.holder(lease, change).await,
             Err(e) => Err(e),
@@ -210,7 +207,7 @@ impl Postgres {
 
     /// Stores `response` as the result of the leased operation.
     pub(crate) async fn complete(&self, lease: &Lease, response: Response) -> Result<LeaseResult> {
-        let checked = check_response(&self.cfg, "response", &response);
+        let checked = check_response(&self.cfg.common, "response", &response);
         let change = HolderChange::Complete(response);
         Ok(self.held(lease, checked, change).await?.map(drop))
     }
@@ -220,7 +217,7 @@ impl Postgres {
         let (checked, change) = match kind {
             FailKind::Retryable => (Ok(()), HolderChange::Release),
             FailKind::Terminal(r) => (
-                check_response(&self.cfg, "failure", &r),
+                check_response(&self.cfg.common, "failure", &r),
                 HolderChange::FailTerminal(r),
             ),
         };
@@ -233,28 +230,28 @@ impl Postgres {
         lease: &Lease,
         extra: Duration,
     ) -> Result<LeaseResult<Millis>> {
-        let checked = check_duration("renewal", extra, self.cfg.max_lease);
+        let checked = check_duration("renewal", extra, self.cfg.common.max_lease);
         let change = HolderChange::Renew(duration_millis(extra));
         self.held(lease, checked, change).await
     }
 
     /// Stores a recovery point for whoever acquires the key next.
     pub(crate) async fn checkpoint(&self, lease: &Lease, cp: Checkpoint) -> Result<LeaseResult> {
-        let checked = check_checkpoint(&self.cfg, &cp);
+        let checked = check_checkpoint(&self.cfg.common, &cp);
         let change = HolderChange::Checkpoint(cp);
         Ok(self.held(lease, checked, change).await?.map(drop))
     }
 
     /// An operator's view of a request record, or `None` if absent or expired.
     pub(crate) async fn get(&self, tenant: &[u8], key: &[u8]) -> Result<Option<RecordInfo>> {
-        self.cfg.check_names(tenant, key)?;
+        self.cfg.common.check_names(tenant, key)?;
         self.sql.get(Namespace::Requests, tenant, key).await
     }
 
     /// Deletes a record of namespace `ns` whatever its state (and the tier's copy); whether one
     /// was stored. Counted as `forgotten`, as on the embedded store.
     pub(crate) async fn forget(&self, ns: Namespace, tenant: &[u8], key: &[u8]) -> Result<bool> {
-        self.cfg.check_names(tenant, key)?;
+        self.cfg.common.check_names(tenant, key)?;
         if let Some(tier) = &self.tier {
             tier.remove(ns as u8, tenant, key);
         }

@@ -134,7 +134,7 @@ impl Postgres {
     /// The value's composite encoding, checked as the embedded store checks it.
     fn unique_value(&self, index: &[u8], value: &[&[u8]]) -> Result<Vec<u8>> {
         let encoded = crate::format::composite(value);
-        self.cfg.check_names(index, &encoded)?;
+        self.cfg.common.check_names(index, &encoded)?;
         Ok(encoded)
     }
 
@@ -145,10 +145,10 @@ impl Postgres {
         owner: &[u8],
     ) -> Result<Reservation> {
         let encoded = crate::format::composite(value);
-        let op = Op::start(OpKind::Reserve, &self.cfg, index, &encoded);
+        let op = Op::start(OpKind::Reserve, &self.cfg.common, index, &encoded);
         let r = async {
             let encoded = self.unique_value(index, value)?;
-            self.cfg.check_names(index, owner)?;
+            self.cfg.common.check_names(index, owner)?;
             match self.sql.reserve(index, &encoded, owner, None).await? {
                 Ok(r) => Ok(r),
                 Err(lost) => Err(crate::error::Error::Engine(format!(
@@ -167,7 +167,7 @@ impl Postgres {
     ) -> Result<std::result::Result<Reservation, crate::record::LeaseLost>> {
         let op = Op::start(
             OpKind::Reserve,
-            &self.cfg,
+            &self.cfg.common,
             index,
             &crate::format::composite(value),
         );

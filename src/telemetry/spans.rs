@@ -5,7 +5,7 @@
 //! computed only for a span a subscriber enabled; with the features `tracing` and `metrics` off,
 //! every item here compiles to nothing.
 
-use crate::config::Config;
+use crate::config::Common;
 
 /// The hash of `(tenant, key)` that spans carry as `key_hash` (16 hex digits of the SHA-256 of
 /// the tenant's length, the tenant and the key), so an operator holding a key can find its spans
@@ -165,7 +165,7 @@ impl Op {
     /// Starts an operation on the key `key` of `tenant` (for a consumer message: the group and
     /// the message id; for a reservation: the index and the encoded value).
     #[inline]
-    pub(crate) fn start(kind: OpKind, cfg: &Config, tenant: &[u8], key: &[u8]) -> Op {
+    pub(crate) fn start(kind: OpKind, cfg: &Common, tenant: &[u8], key: &[u8]) -> Op {
         let op = Op::unkeyed(kind);
         #[cfg(feature = "tracing")]
         if !op.span.is_disabled() {
@@ -185,7 +185,7 @@ impl Op {
 
     /// Starts a lease holder's call: the lease's key, with its fencing token.
     #[inline]
-    pub(crate) fn held(kind: OpKind, cfg: &Config, lease: &crate::record::Lease) -> Op {
+    pub(crate) fn held(kind: OpKind, cfg: &Common, lease: &crate::record::Lease) -> Op {
         let op = Op::start(kind, cfg, lease.tenant(), lease.key());
         op.fence(lease.fence());
         op

@@ -207,7 +207,7 @@ async fn check(h: &Harness) {
     );
 }
 
-fn settings(c: Config) -> Config {
+fn settings<B>(c: Config<B>) -> Config<B> {
     c.max_key_len(32)
         .max_tenant_len(8)
         .max_response_bytes(100)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idemdb::{AsyncStore, Config, Durability, ManualClock};
+use idemdb::{AsyncStore, Config, Durability, ManualClock, OnDisk, OnPostgres};
 
 /// The PostgreSQL server of the suite, as the stores under test reach it (`IDEMDB_TEST_POSTGRES`
 /// may add idemdb's options: `?sslmode=verify-full&sslrootcert=...`, `?statement_mode=unnamed`,
@@ -42,7 +42,7 @@ pub struct Harness {
 
 impl Harness {
     /// An embedded store (synced, so that its calls run on the blocking pool as in production).
-    pub async fn embedded(settings: fn(Config) -> Config) -> Harness {
+    pub async fn embedded(settings: fn(Config<OnDisk>) -> Config<OnDisk>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::default();
         let cfg = settings(
@@ -62,7 +62,10 @@ impl Harness {
 
     /// A PostgreSQL store in a new schema named after the test (dropped first if a failed run
     /// left it behind).
-    pub async fn postgres(test: &str, settings: fn(Config) -> Config) -> Harness {
+    pub async fn postgres(
+        test: &str,
+        settings: fn(Config<OnPostgres>) -> Config<OnPostgres>,
+    ) -> Harness {
         let schema = fresh_schema(test).await;
         let clock = ManualClock::default();
         let cfg = settings(pg_config(&schema, &clock));
@@ -111,10 +114,9 @@ impl Harness {
 /// The configuration of a PostgreSQL store under test in `schema`, on the test clock. Through
 /// a pooler in transaction mode (`IDEMDB_TEST_ISOLATION=database`), waiting claims listen on a
 /// direct connection (`Config::listen_url`: a pooler cannot carry `LISTEN`).
-fn pg_config(schema: &str, clock: &ManualClock) -> Config {
+fn pg_config(schema: &str, clock: &ManualClock) -> Config<OnPostgres> {
     let cfg = Config::postgres(in_schema(schema))
-        .clock(clock.clone())
-        .postgres_test_clock()
+        .postgres_test_clock(clock.clone())
         .pool_size(8)
         .coalescing(coalescing())
         .buffered_claims(buffered());

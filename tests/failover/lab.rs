@@ -346,7 +346,7 @@ async fn open_tuned(
     lease: Duration,
     connect_timeout: Duration,
     statement_timeout: Duration,
-    tune: impl Fn(idemdb::Config) -> idemdb::Config,
+    tune: impl Fn(idemdb::Config<idemdb::OnPostgres>) -> idemdb::Config<idemdb::OnPostgres>,
 ) -> idemdb::AsyncStore {
     let start = Instant::now();
     loop {

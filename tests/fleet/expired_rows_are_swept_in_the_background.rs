@@ -25,8 +25,7 @@ async fn postgres() {
     let url = in_schema(&schema);
     let clock = ManualClock::default();
     let store = Config::postgres(&url)
-        .clock(clock.clone())
-        .postgres_test_clock()
+        .postgres_test_clock(clock.clone())
         .sweep_interval(Some(Duration::from_millis(50)))
         .open_async()
         .await

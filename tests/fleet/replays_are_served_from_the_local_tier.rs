@@ -17,8 +17,7 @@ async fn postgres() {
     let clock = ManualClock::default();
     let open = |tier: usize| {
         Config::postgres(in_schema(&schema))
-            .clock(clock.clone())
-            .postgres_test_clock()
+            .postgres_test_clock(clock.clone())
             .replay_tier(tier)
             .open_async()
     };

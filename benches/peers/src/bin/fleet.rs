@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Durability, Response};
+use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Durability, OnPostgres, Response};
 
 #[path = "../fleet_common.rs"]
 mod fleet_common;
@@ -762,7 +762,7 @@ async fn main_async(s: Settings) -> R<()> {
         let want = |id: &str| s.only.is_empty() || s.only.iter().any(|o| o == id);
         // An idemdb store on PostgreSQL in `schema`, a pool of `conns`, no sweeper, the
         // configuration changed by `tune`.
-        let idem_store = |schema: &str, tune: fn(Config) -> Config| {
+        let idem_store = |schema: &str, tune: fn(Config<OnPostgres>) -> Config<OnPostgres>| {
             let cfg = Config::postgres(format!(
                 "{PG_URL}?options=-c%20search_path%3D{schema}&{}",
                 s.idem_opts
@@ -787,7 +787,7 @@ async fn main_async(s: Settings) -> R<()> {
             &'static str,
             &'static str,
             &'a String,
-            fn(Config) -> Config,
+            fn(Config<OnPostgres>) -> Config<OnPostgres>,
             bool,
             &'static str,
         );
