@@ -6,7 +6,7 @@
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
 //!     [--only pg,pg-coalesce,pg-tier,pg-buffered,pg-fast,recipe,recipe-select,redis,embedded,dbos]
 //!     [--idemdb-options sslmode=disable]
-//!     [--coalesce-in-flight N] [--smoke]
+//!     [--coalesce-in-flight N] [--pin SERVER_CORES:HARNESS_CORES] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
@@ -37,6 +37,8 @@ use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Durability, OnPostgres, Re
 #[path = "../fleet_common.rs"]
 mod fleet_common;
 use fleet_common::{pg_client, pg_err, quantile as pct, run_main, PG_URL, R};
+#[path = "../pin.rs"]
+mod pin;
 const REDIS_ADDR: &str = "127.0.0.1:6379";
 const FP: [u8; 32] = [7; 32];
 const RESP_LEN: usize = 256;
@@ -63,6 +65,9 @@ struct Settings {
     /// `--expiring R`: besides, rows that expire at R a second from the fill on, for 10
     /// minutes, and idemdb's stores sweep every second (the sweeper's load during the run).
     expiring: u64,
+    /// `--pin SERVER:HARNESS`: PostgreSQL on the first cores, this process on the second
+    /// (`pin.rs`); `None`: wherever the scheduler puts them.
+    pin: Option<String>,
 }
 
 fn parse_args() -> R<Settings> {
@@ -75,6 +80,7 @@ fn parse_args() -> R<Settings> {
         in_flight: None,
         prefill: 0,
         expiring: 0,
+        pin: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -106,6 +112,7 @@ fn parse_args() -> R<Settings> {
             "--expiring" => {
                 s.expiring = value()?.parse().map_err(|e| format!("--expiring: {e}"))?
             }
+            "--pin" => s.pin = Some(value()?),
             "--smoke" => {
                 s.keys = 64;
                 s.tasks = vec![1, 4];
@@ -728,6 +735,12 @@ async fn admin(sql: &str) -> R<()> {
 }
 
 async fn main_async(s: Settings) -> R<()> {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Held to the end of the run: dropping it gives every process every core again.
+    let pinned = match &s.pin {
+        Some(spec) => Some(pin::Pinned::new(spec).await?),
+        None => None,
+    };
     let run_id = format!("{:x}", std::process::id());
     // Each PostgreSQL system on a table of its own, so that none reads and writes a table
     // another one filled (a larger table costs more per statement).
@@ -923,10 +936,17 @@ async fn main_async(s: Settings) -> R<()> {
     }
     println!(
         "fleet comparison: {} keys per row in {} interleaved rounds, PostgreSQL \
-         synchronous_commit={sync_commit}, {} cores",
+         synchronous_commit={sync_commit}, {} cores, {}",
         s.keys,
         s.rounds,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        cores,
+        match &pinned {
+            Some(p) => format!(
+                "PostgreSQL pinned to cores {}, the harness to cores {}",
+                p.server_cores, p.harness_cores
+            ),
+            None => "unpinned".into(),
+        }
     );
     println!();
     println!("| system | tasks | claim+complete p50 µs | p99 µs | ops/s | replay p50 µs | p99 µs | ops/s |");
