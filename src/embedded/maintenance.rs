@@ -1,94 +1,15 @@
-//! Maintenance: sweeping expired records, compaction, WAL sync, statistics, the background
-//! sweeper and closing. Invariants: a sweep deletes a record only through its current index entry
-//! and only once it expired; sweeps run one at a time and resume where the last one stopped; the
-//! sweeper holds the store only while it sweeps (a weak handle otherwise), so it never keeps a
-//! dropped store open.
+//! Maintenance: compaction, WAL sync and closing (the sweep is `sweep.rs`, the statistics
+//! `stats.rs`). Invariants: a store closes only from its last handle, with its sweeper stopped
+//! and its WAL synced first, so the directory can be reopened as soon as `close` returns `Ok`
+//! (from any other handle, nothing closes and the sweeper keeps running); a compaction drops
+//! only what the compaction filter says expired by the store's time, read just before it.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::embedded::core::Core;
-use crate::embedded::engine::{Cf, EngineProperty};
-use crate::embedded::{codec, Store};
+use crate::embedded::Store;
 use crate::error::{Error, Result};
-use crate::format;
-use crate::telemetry::counters::Stats;
-use crate::telemetry::spans::{Op, OpKind};
 
 impl Store {
-    /// Deletes up to `limit` expired records, oldest expiry first, with their index entries, and
-    /// drops stale index entries met on the way. Returns how many records were deleted. A record
-    /// whose expiry was extended is never deleted by its old index entry.
-    pub fn sweep(&self, limit: usize) -> Result<usize> {
-        if limit == 0 {
-            return Ok(0);
-        }
-        let op = Op::unkeyed(OpKind::Sweep);
-        let swept = self.sweep_in(limit);
-        if let Ok(n) = &swept {
-            op.count(*n as u64);
-        }
-        op.end_with(swept, |_| "swept")
-    }
-
-    fn sweep_in(&self, limit: usize) -> Result<usize> {
-        self.core.engine.check_writable()?;
-        // Every entry a sweep visits is deleted, so the next sweep starts where this one stopped
-        // instead of walking the deletions again until compaction drops them (the cost grew with
-        // every sweep before). An entry written below that point later would have expired before
-        // it was written; the compaction filter still drops it.
-        let mut from = self.core.sweep_from.lock();
-        let now = self.now();
-        let upper = format::index_bound(now.saturating_add(1));
-        let mut entries = Vec::new();
-        self.core
-            .engine
-            .scan(Cf::Expiry, &from, Some(&upper), |k, _| {
-                entries.push(k.to_vec());
-                entries.len() < limit
-            })?;
-        let mut swept = 0;
-        for entry in &entries {
-            let mut batch = self.core.engine.batch();
-            batch.delete(Cf::Expiry, entry);
-            if let Some((_, rkey)) = format::split_index_key(entry) {
-                let mut stripe = self.core.lock(rkey);
-                // Only the record's index slot matters: read it from a borrowed view. A key whose
-                // current record is in memory keeps the expired stored record below it: the
-                // in-memory record's own write replaces it (and a sweep counts only records that
-                // stopped existing).
-                let slot = if stripe.volatile(rkey).is_some() {
-                    None
-                } else {
-                    self.core.engine.get_with(Cf::Records, rkey, |v| {
-                        v.and_then(|b| codec::decode_record_view(b).ok())
-                            .map(|rec| rec.index_slot())
-                    })?
-                };
-                if let Some((expires_at, fence)) = slot {
-                    let is_current = format::index_key(expires_at, fence, rkey) == *entry;
-                    if is_current && expires_at <= now {
-                        stripe.forget(rkey);
-                        batch.delete(Cf::Records, rkey);
-                        swept += 1;
-                    }
-                }
-                // Deletes of expired data need no sync: if lost, the record is still expired.
-                self.core.engine.write_buffered(batch)?;
-            } else {
-                self.core.engine.write_buffered(batch)?;
-            }
-            from.clone_from(entry);
-        }
-        drop(from);
-        // Expired in-memory records give their memory and their room under the cap back (they
-        // read as absent already; what is stored below one expired no later than it did).
-        self.core.stripes.drop_expired_volatile(now);
-        self.core.metrics.swept.add(swept as u64);
-        Ok(swept)
-    }
-
     /// Flushes memtables and compacts every column family fully, so the compaction filter drops
     /// every record expired by now. Slow on large stores; for tests and maintenance windows.
     pub fn compact(&self) -> Result<()> {
@@ -100,62 +21,6 @@ impl Store {
     /// before this call now survives power loss.
     pub fn sync(&self) -> Result<()> {
         self.core.engine.sync_wal()
-    }
-
-    /// Outcome counters and RocksDB's estimates. With the feature `metrics`, also sets the
-    /// store's gauges (docs/operating.md).
-    pub fn stats(&self) -> Result<Stats> {
-        let s = self.stats_in()?;
-        crate::telemetry::spans::publish_gauges(&s);
-        Ok(s)
-    }
-
-    fn stats_in(&self) -> Result<Stats> {
-        let e = &self.core.engine;
-        let mut counters = self.core.metrics.snapshot();
-        counters.compaction_dropped = e.filtered(Cf::Records);
-        let mut live_sst_bytes = 0;
-        let mut memtable_bytes = 0;
-        for cf in Cf::ALL {
-            live_sst_bytes += e.int_property(cf, EngineProperty::LiveSstBytes)?;
-            memtable_bytes += e.int_property(cf, EngineProperty::MemtableBytes)?;
-        }
-        Ok(Stats {
-            counters,
-            estimated_records: e.int_property(Cf::Records, EngineProperty::EstimatedKeys)?,
-            estimated_index_entries: e.int_property(Cf::Expiry, EngineProperty::EstimatedKeys)?,
-            live_sst_bytes,
-            memtable_bytes,
-            pending_in_memory: self.core.stripes.volatile_count() as u64,
-            sweep_lag_ms: self.sweep_lag()?,
-        })
-    }
-
-    /// How far past its expiry the oldest expired record not yet swept is (0: none), from the
-    /// first entry of the expiry index at or after where the last sweep stopped.
-    fn sweep_lag(&self) -> Result<u64> {
-        let from = self.core.sweep_from.lock().clone();
-        let now = self.now();
-        let mut oldest = None;
-        self.core.engine.scan(Cf::Expiry, &from, None, |k, _| {
-            oldest = format::split_index_key(k).map(|(t, _)| t);
-            false
-        })?;
-        Ok(oldest.map_or(0, |t| now.saturating_sub(t)))
-    }
-
-    /// Counts the records physically present (expired or not) by iterating the records column
-    /// family, and the index entries. For tests and operators; O(n).
-    pub fn physical_counts(&self) -> Result<(u64, u64)> {
-        let count = |cf| -> Result<u64> {
-            let mut n = 0;
-            self.core.engine.scan(cf, &[], None, |_, _| {
-                n += 1;
-                true
-            })?;
-            Ok(n)
-        };
-        Ok((count(Cf::Records)?, count(Cf::Expiry)?))
     }
 
     /// Stops the background sweeper, syncs the WAL and closes the database, so that the directory
@@ -177,33 +42,5 @@ impl Store {
         self.core.engine.sync_wal()?;
         drop(self);
         Ok(())
-    }
-
-    pub(crate) fn start_sweeper(&self, every: Duration) {
-        let (tx, rx) = mpsc::channel::<()>();
-        let weak: Weak<Core> = Arc::downgrade(&self.core);
-        let handle = std::thread::Builder::new()
-            .name("idemdb-sweeper".into())
-            .spawn(move || loop {
-                match rx.recv_timeout(every) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                let store = Store { core: inner };
-                // A failed sweep is retried next time; expired records stay invisible meanwhile.
-                while matches!(store.sweep(10_000), Ok(n) if n == 10_000) {}
-                // Keeps the gauges current between the application's own `stats` calls.
-                if cfg!(feature = "metrics") {
-                    let _ = store.stats();
-                }
-            });
-        if let Ok(h) = handle {
-            *self.core.sweeper.lock() = Some((tx, h));
-        }
-    }
-
-    pub(crate) fn stop_sweeper(&self) {
-        self.core.stop_sweeper();
     }
 }

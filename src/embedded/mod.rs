@@ -1,11 +1,12 @@
 //! The embedded backend: a whole store on RocksDB in local files. Invariant: a `Store` is a cheap
 //! handle to one shared [`Core`]; every public operation is a method on it, implemented in the file
 //! of its concept, each of which keeps the core's contract (see `core.rs`): `requests`, `entities`,
-//! `causal`, `offsets`, `unique`, `commit` and `waits`, the names `src/postgres/` gives the same
+//! `causal`, `offsets`, `unique`, `commit`, `waits`, `sweep` and `stats`, and the core's own
+//! `fences` (and the engine's `engine/group_commit.rs`), the names `src/postgres/` gives the same
 //! concepts; and `consumer`, `maintenance` and `inspect`, which have no file of that name there
-//! (on PostgreSQL a delivery is a claim `async_store/consumers.rs` makes, the sweep is in
-//! `requests.rs`, the statistics in `stats.rs`, and `idemdb inspect --postgres` reads a record
-//! with `get`). Only `engine/` names RocksDB.
+//! (on PostgreSQL a delivery is a claim `async_store/consumers.rs` makes, compaction, WAL sync
+//! and closing are the database server's, and `idemdb inspect --postgres` reads a record with
+//! `get`). Only `engine/` names RocksDB.
 
 pub(crate) mod causal;
 pub(crate) mod codec;
@@ -14,6 +15,7 @@ mod consumer;
 pub(crate) mod core;
 pub(crate) mod engine;
 mod entities;
+mod fences;
 #[cfg(test)]
 mod format_1_bytes_decode_forever;
 pub(crate) mod inspect;
@@ -21,7 +23,9 @@ mod maintenance;
 mod offsets;
 mod requests;
 pub(crate) mod schema;
+mod stats;
 pub(crate) mod stripes;
+mod sweep;
 pub(crate) mod unique;
 pub(crate) mod waits;
 

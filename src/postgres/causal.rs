@@ -5,8 +5,10 @@
 //! concurrent writers are serialised by the database and none is lost; a missing row is first
 //! inserted empty (`NULL`) so that there is always a row to lock.
 
+use super::errors::classify;
 use super::send::Session;
-use super::{classify, statements as sql, PgStore};
+use super::statements as sql;
+use super::store::PgStore;
 use crate::causal::{Siblings, VersionVector};
 use crate::error::Result;
 use crate::postgres::Postgres;

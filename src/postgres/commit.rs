@@ -10,13 +10,15 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use super::entities::{condition, WriteOutcome};
+use super::errors::classify;
+use super::rows::{from_i64, lost_from_row, ns_code, to_i64, HolderCall, HolderChange};
 use super::send::Session;
-use super::HolderCall;
-use super::{classify, from_i64, lost_from_row, ns_code, one, statements as sql, to_i64, PgStore};
+use super::statements as sql;
+use super::store::{one, PgStore};
 use std::sync::Arc;
 
 use super::transaction::SqlTransaction;
-use super::{HolderChange, Postgres};
+use super::Postgres;
 use crate::commit::{CommitConflict, Committed, EntityWrite, LeaseEnd, Plan, PlanOp};
 use crate::entities::{Expect, StoredEntity, Version};
 use crate::error::{corrupted, Error, Result};

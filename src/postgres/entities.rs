@@ -5,8 +5,12 @@
 
 use tokio_postgres::Row;
 
+use super::errors::classify;
+use super::rows::from_i64;
 use super::send::Session;
-use super::{classify, from_i64, statements as sql, PgStore, Postgres};
+use super::statements as sql;
+use super::store::PgStore;
+use super::Postgres;
 use crate::entities::{
     check_write, propose, written, AfterConflict, Conflict, Expect, Retries, UpdateOptions,
     Version, Versioned,

@@ -1,9 +1,10 @@
-//! Fencing tokens for buffered claims, reserved in blocks: the PostgreSQL counterpart of the
-//! embedded store's block reservation (docs/design.md, "One WAL flush per request"). A buffered
-//! claim commits without waiting for its WAL flush, so a server crash can lose it, and with it
-//! the sequence's WAL record of any token it drew itself: after recovery the sequence would hand
-//! that token out again. So a buffered claim never draws its own token; it takes one from a block
-//! this store drew earlier. Invariants:
+//! Fencing tokens: what one is made of ([`epoch_of`]: the server's timeline above the
+//! sequence's number) and, for buffered claims, the blocks they are reserved in: the PostgreSQL
+//! counterpart of the embedded store's block reservation (`embedded/fences.rs`; docs/design.md,
+//! "One WAL flush per request"). A buffered claim commits without waiting for its WAL flush, so
+//! a server crash can lose it, and with it the sequence's WAL record of any token it drew
+//! itself: after recovery the sequence would hand that token out again. So a buffered claim
+//! never draws its own token; it takes one from a block this store drew earlier. Invariants:
 //! - a token is handed out only after the statement that drew its block has committed, and that
 //!   commit waited for its WAL flush: a block draws more values than the sequence logs ahead
 //!   (32), so `nextval` WAL-logged in it, the statement has a transaction id, and its commit is
@@ -29,8 +30,18 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{epoch_of, statements, PgStore};
+use super::statements;
+use super::store::PgStore;
 use crate::error::Result;
+
+/// A fencing token is `epoch << FENCE_EPOCH_SHIFT | n` (migration 4): `epoch` the server's WAL
+/// timeline when the token was drawn, `n` from the `idemdb_fence` sequence.
+const FENCE_EPOCH_SHIFT: u32 = 47;
+
+/// The epoch (the server's timeline) a fencing token was drawn in (0: before migration 4).
+pub(super) fn epoch_of(fence: u64) -> u64 {
+    fence >> FENCE_EPOCH_SHIFT
+}
 
 /// Tokens drawn at a time: more than the 32 the sequence logs ahead (see the invariants), and
 /// few enough that a store that stops wastes little (one draw per 256 buffered claims, a round

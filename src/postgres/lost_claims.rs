@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{ns_code, statements, PgStore};
+use super::rows::ns_code;
+use super::statements;
+use super::store::PgStore;
 use crate::error::Result;
 use crate::format::Namespace;
 

@@ -2,7 +2,8 @@
 //! changes (each step is literal SQL, and `tests::released_migrations_never_change` holds its
 //! text to the SHA-256 it was released with); each has a way back (`down`); the applied versions
 //! are recorded in `idemdb_migrations`, and applying runs in one transaction under an advisory
-//! lock, so instances that open the store at the same moment apply each step exactly once.
+//! lock (`migrate.rs`), so instances that open the store at the same moment apply each step
+//! exactly once.
 
 use crate::config::Config;
 use crate::error::Result;
@@ -566,7 +567,7 @@ $fn$;
 ";
 
 /// `idemdb_end_leases` ends many leases in one call (coalesced completions, terminal failures and
-/// releases, `coalesce.rs`): element `j` of the arrays is one call (`p_state[j]` 1 released, 2
+/// releases, `group_commit.rs`): element `j` of the arrays is one call (`p_state[j]` 1 released, 2
 /// completed, 3 failed; `p_body[j]` its response; its metadata `p_meta[p_from[j]:p_to[j]]`),
 /// applied in array order (the caller sorts them by key) by the one-call `UPDATE` of that change,
 /// under its condition (the pending row with the lease's fence, not expired); one row per call
@@ -983,7 +984,7 @@ pub struct SchemaStep {
 impl Config<crate::config::OnPostgres> {
     /// Every step of the schema this build knows, with when each was applied.
     pub async fn schema_status(&self) -> Result<Vec<SchemaStep>> {
-        let pg = super::PgStore::connect(&self.backend.settings, None)?;
+        let pg = super::store::PgStore::connect(&self.backend.settings, None)?;
         let applied = pg.migration_status().await?;
         Ok(MIGRATIONS
             .iter()
@@ -1012,7 +1013,7 @@ impl Config<crate::config::OnPostgres> {
             ))
             .into());
         }
-        let pg = super::PgStore::connect(&self.backend.settings, None)?;
+        let pg = super::store::PgStore::connect(&self.backend.settings, None)?;
         let current = pg.schema_version().await?;
         if target >= current {
             pg.migrate_up(Some(target)).await

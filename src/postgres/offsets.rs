@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{statements as sql, PgStore};
+use super::statements as sql;
+use super::store::PgStore;
 use crate::error::{corrupted, Result};
 use crate::offsets::{window_full, OffsetWindow};
 use crate::postgres::Postgres;

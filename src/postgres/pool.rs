@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::errors::{classify, classify_parts, redact};
 use super::settings::Resolved;
-use super::{classify, classify_parts, redact};
 use crate::config::fleet::Settings;
 use crate::error::{Error, InvalidInput, Result};
 

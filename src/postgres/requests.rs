@@ -1,23 +1,24 @@
 //! Request idempotency records on PostgreSQL: claim, complete, fail, renew, checkpoint, and the
-//! operator's get, forget and sweep. Invariants: the arguments are checked by the same code as
-//! the embedded store's (`crate::requests`); a claim is decided by one statement (or the
-//! `idemdb_claim` function) and a holder's call by one `UPDATE ... WHERE fence = $n AND state =
-//! pending`; each call is counted and traced as the embedded store counts and traces it; the
-//! replay tier answers only replays, and forgets what `forget` deletes.
+//! operator's get and forget (the sweep is `sweep.rs`). Invariants: the arguments are checked by
+//! the same code as the embedded store's (`crate::requests`); a claim is decided by one
+//! statement (or the `idemdb_claim` function) and a holder's call by one `UPDATE ... WHERE fence
+//! = $n AND state = pending`; each call is counted and traced as the embedded store counts and
+//! traces it; the replay tier answers only replays, and forgets what `forget` deletes.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Row;
 
-use super::coalesce::{self, Coalescer, Kind, Turn};
-use super::send::Param;
-use super::{
-    checkpoint, from_i32, from_i64, lost_from_row, ns_code, replay, seen_state, statements, to_i64,
-    HolderCall, HolderChange, PgStore, Postgres, RERUNS,
+use super::group_commit::{self, Coalescer, Kind, Turn};
+use super::rows::{
+    checkpoint, encode_meta, from_i32, from_i64, lost_from_row, ns_code, replay, seen_state,
+    to_i64, HolderCall, HolderChange, COMPLETED, FAILED, PENDING, RELEASED,
 };
-use super::{COMPLETED, FAILED, PENDING, RELEASED};
+use super::send::Param;
+use super::store::PgStore;
+use super::{statements, Postgres};
 use crate::clock::{duration_millis, Millis};
 use crate::config::fleet::StatementMode;
 use crate::error::{Error, Result};
@@ -33,6 +34,9 @@ use crate::telemetry::counters::Metrics;
 use crate::telemetry::spans::{lease_outcome, Op, OpKind, Stamp};
 
 use crate::record::LeaseResult;
+
+/// How often a statement whose snapshot disagreed with its lock is rerun before giving up.
+const RERUNS: u32 = 8;
 
 /// Where a claim on PostgreSQL is answered.
 pub(crate) enum ClaimAsk {
@@ -261,44 +265,6 @@ impl Postgres {
         }
         Ok(found)
     }
-
-    /// Deletes up to `limit` expired rows, in its span and counted.
-    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
-        sweep_counted(&self.sql, &self.metrics, limit).await
-    }
-}
-
-/// A sweep, in its span and counted.
-async fn sweep_counted(pg: &PgStore, metrics: &Metrics, limit: usize) -> Result<usize> {
-    let op = Op::unkeyed(OpKind::Sweep);
-    let r = pg.sweep(limit).await;
-    if let Ok(n) = &r {
-        metrics.swept.add(*n as u64);
-        op.count(*n as u64);
-    }
-    op.end_with(r, |_| "swept")
-}
-
-/// The sweeper: every `every`, batches of expired rows are deleted until a batch comes back
-/// short; it ends when the last handle of the store is dropped. A failed batch (database
-/// unavailable) waits for the next tick. Instances that sweep at the same moment skip each
-/// other's rows (`SKIP LOCKED`).
-pub(super) async fn sweep_in_background(
-    pg: Weak<PgStore>,
-    metrics: Weak<Metrics>,
-    every: Duration,
-) {
-    const BATCH: usize = 1_000;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate: sweep one interval after opening
-    loop {
-        tick.tick().await;
-        let (Some(pg), Some(metrics)) = (pg.upgrade(), metrics.upgrade()) else {
-            return;
-        };
-        while let Ok(BATCH) = sweep_counted(&pg, &metrics, BATCH).await {}
-    }
 }
 
 /// The statements: each call is one decision of the database.
@@ -445,7 +411,7 @@ impl PgStore {
                     drop(lead);
                     row?
                 }
-                Turn::Queued(answer) => coalesce::answer(answer).await?,
+                Turn::Queued(answer) => group_commit::answer(answer).await?,
             });
         }
         for _ in 0..RERUNS {
@@ -513,7 +479,7 @@ impl PgStore {
             match Coalescer::<Holders>::enter(self, call) {
                 Turn::Alone(lead) => _lead = lead,
                 Turn::Queued(answer) => {
-                    if let Some(until) = coalesce::answer(answer).await? {
+                    if let Some(until) = group_commit::answer(answer).await? {
                         return Ok(Ok(from_i64("lease_until", until)?));
                     }
                 }
@@ -608,21 +574,6 @@ impl PgStore {
             .execute(statements::FORGET, &[&ns_c, &tenant, &key])
             .await?;
         Ok(n > 0)
-    }
-
-    /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
-    /// transaction holds; how many were deleted.
-    pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let now = self.now_param();
-        let n = self.execute(statements::SWEEP, &[&limit, &now]).await?
-            + self
-                .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
-                .await?
-            + self
-                .execute(statements::SWEEP_PLACEHOLDERS, &[&limit])
-                .await?;
-        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 }
 
@@ -791,7 +742,7 @@ impl HolderRow {
         Some(move || {
             let (body, meta) = match change {
                 HolderChange::Complete(r) | HolderChange::FailTerminal(r) => {
-                    (Some(r.body.clone()), super::encode_meta(&r.meta))
+                    (Some(r.body.clone()), encode_meta(&r.meta))
                 }
                 _ => (None, Vec::new()),
             };

@@ -166,7 +166,7 @@ SELECT * FROM r"
 /// a wrong guess), and a row that looks acquirable to [`CLAIM`].
 pub(crate) const CLAIM_READ: &str = key_row!("$4");
 
-/// [`CLAIM_FAST`] for many keys at once (coalesced claims, `coalesce.rs`): $1 namespaces, $2
+/// [`CLAIM_FAST`] for many keys at once (coalesced claims, `group_commit.rs`): $1 namespaces, $2
 /// tenants, $3 keys, $4 fingerprints, $5 leases and $6 retentions in milliseconds, $8 tokens
 /// from the stores' blocks (`NULL`: drawn here; one element per call, no key twice, sorted by key
 /// so that concurrent batches lock in one order), $7 test clock, $9 whether every claim in it is
@@ -305,7 +305,7 @@ pub(crate) const RENEW: &str = holder!(
 pub(crate) const CHECKPOINT: &str =
     holder!("checkpoint_phase = $6::text, checkpoint_state = $7::bytea");
 
-/// Holder calls that end a lease, for many keys at once (coalesced, `coalesce.rs`): one call of
+/// Holder calls that end a lease, for many keys at once (coalesced, `group_commit.rs`): one call of
 /// migration 5's `idemdb_end_leases`. $1 namespaces, $2 tenants, $3 keys, $4 fences, $5 the new
 /// states (1 released, 2 completed, 3 failed), $6 response bodies (`NULL` for a release), $7
 /// every call's metadata in one flat array, $8 and $9 where each call's metadata starts and ends

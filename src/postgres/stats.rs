@@ -2,7 +2,8 @@
 //! --postgres`). Invariant: one read-only statement; live and expired are told apart by the
 //! database's clock, as every decision is.
 
-use super::{statements as sql, PgStore};
+use super::statements as sql;
+use super::store::PgStore;
 use crate::error::{corrupted, Result};
 
 /// Counts of what a store on PostgreSQL holds ([`crate::AsyncStore::postgres_stats`]). Request

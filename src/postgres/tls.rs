@@ -7,8 +7,8 @@
 //! - a mode that verifies never connects without roots: `verify-ca`/`verify-full` without
 //!   `sslrootcert` (or [`TlsRoots`]) is refused when the store opens, naming the setting;
 //! - a certificate that does not verify, or a server that cannot meet the mode, is a
-//!   configuration error ([`crate::Error::ConnectionRejected`], classified in `postgres/mod.rs`),
-//!   never `Unavailable`. Only this module names `rustls`.
+//!   configuration error ([`crate::Error::ConnectionRejected`], classified in
+//!   `postgres/errors.rs`), never `Unavailable`. Only this module names `rustls`.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -15,9 +15,10 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
 use super::commit::run_form;
+use super::errors::classify;
 use super::send::Session;
+use super::store::PgStore;
 use super::Postgres;
-use super::{classify, PgStore};
 use crate::commit::{CommitConflict, Committed, Plan};
 use crate::error::{Error, Result};
 

@@ -4,7 +4,9 @@
 //! `idemdb_release_reservation`, migration 3); a reservation bound to a lease frees itself when
 //! the lease ends, with no write.
 
-use super::{lost_lease, ns_code, one, statements as sql, to_i64, PgStore};
+use super::rows::{lost_lease, ns_code, to_i64};
+use super::statements as sql;
+use super::store::{one, PgStore};
 use crate::error::{Error, Result};
 use crate::postgres::Postgres;
 use crate::record::{Lease, LeaseLost};

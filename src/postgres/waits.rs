@@ -31,8 +31,11 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use super::errors::classify;
 use super::pool::Dialer;
-use super::{ns_code, statements, PgStore};
+use super::rows::ns_code;
+use super::statements;
+use super::store::PgStore;
 use crate::error::Result;
 use crate::format::Namespace;
 
@@ -289,13 +292,13 @@ async fn open(s: &Shared) -> Result<(tokio_postgres::Client, mpsc::UnboundedRece
     let row = client
         .query_one("SELECT idemdb_wait_channel()", &[])
         .await
-        .map_err(super::classify)?;
+        .map_err(classify)?;
     let channel: String = row.get(0);
     // The channel is `idemdb_wait_` and hex digits (migration 6): a plain identifier.
     client
         .batch_execute(&format!("LISTEN {channel}"))
         .await
-        .map_err(super::classify)?;
+        .map_err(classify)?;
     Ok((client, rx))
 }
 

@@ -19,7 +19,7 @@ use rocksdb::{
     WriteBatch, WriteOptions, DB,
 };
 
-mod group;
+mod group_commit;
 
 use crate::clock::Millis;
 use crate::error::{Error, Result};
@@ -157,7 +157,7 @@ pub(crate) struct Engine {
     buffered_opts: WriteOptions,
     read_opts: ReadOptions,
     /// Group commit of synced writes; `None` for a buffered store.
-    group: Option<group::GroupCommit>,
+    group: Option<group_commit::GroupCommit>,
     /// Records and index entries that expire at or before this time may be dropped by compaction.
     cutoff: Arc<AtomicU64>,
     /// How many entries each column family's compaction filter dropped since open.
@@ -286,7 +286,7 @@ impl Engine {
                 write_opts,
                 buffered_opts: WriteOptions::default(),
                 read_opts,
-                group: opts.sync.then(group::GroupCommit::default),
+                group: opts.sync.then(group_commit::GroupCommit::default),
                 cutoff,
                 dropped,
                 secondary,

@@ -1,6 +1,7 @@
-//! Coalescing: calls of one kind that wait for the database together go to it as one statement
-//! over arrays, one transaction and one WAL flush for all of them (the group commit the embedded
-//! engine does for its writes). Invariants:
+//! Group commit on PostgreSQL, called coalescing (`Config::coalescing`): calls of one kind that
+//! wait for the database together go to it as one statement over arrays, one transaction and one
+//! WAL flush for all of them (the counterpart of the group commit the embedded engine does for
+//! its synced writes, `embedded/engine/group_commit.rs`). Invariants:
 //! - no batch wait: a call goes at once, alone, by the one-call path ([`Turn::Alone`]) when no
 //!   statement of its kind is in flight, or when fewer than [`Limits::in_flight`] are and the
 //!   pool would give it a connection at once; otherwise it queues, and the queue goes as one
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::PgStore;
+use super::store::PgStore;
 use crate::config::fleet::CoalesceLimits as Limits;
 use crate::error::{Error, Result};
 

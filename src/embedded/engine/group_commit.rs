@@ -7,7 +7,8 @@
 //! Concurrent synced writers queue their batches; the first to find no leader becomes the leader,
 //! takes the whole queue, merges it into one batch and writes it with one WAL sync while the
 //! others sleep on a condition variable (no spinning, which matters on two cores). Batches that
-//! arrive during that sync form the next group.
+//! arrive during that sync form the next group. (On PostgreSQL, the counterpart is coalescing:
+//! `postgres/group_commit.rs`.)
 
 use std::collections::HashMap;
 
