@@ -157,10 +157,41 @@ impl AsyncStore {
         opts: ClaimOptions,
         on_release: &OnRelease,
     ) -> Result<Claim> {
-        dispatch!(
-            &self.backend,
-            claim_waiting(ns, tenant, key, fingerprint, opts, on_release).await
-        )
+        // Without a wait, the claim itself. A claim that may wait is boxed: its loop and the
+        // wait's state (on PostgreSQL, statements) would otherwise be carried, and moved, by
+        // every claim's future, the sub-microsecond answers too (a replay from the tier or the
+        // embedded store; docs/benchmarks.md, "The house, third step").
+        let Some(wait) = opts.wait.filter(|w| !w.is_zero()) else {
+            return dispatch!(
+                &self.backend,
+                claim(ns, tenant, key, fingerprint, opts, on_release).await
+            );
+        };
+        let waiting: Pin<Box<dyn Future<Output = Result<Claim>> + Send + '_>> = match &self.backend
+        {
+            AnyBackend::Embedded(b) => Box::pin(backend::Backend::claim_waiting(
+                b,
+                ns,
+                tenant,
+                key,
+                fingerprint,
+                opts,
+                wait,
+                on_release,
+            )),
+            #[cfg(feature = "postgres")]
+            AnyBackend::Postgres(b) => Box::pin(backend::Backend::claim_waiting(
+                b,
+                ns,
+                tenant,
+                key,
+                fingerprint,
+                opts,
+                wait,
+                on_release,
+            )),
+        };
+        waiting.await
     }
 
     /// Stores `response` as the result of the leased operation, as [`Store::complete`].

@@ -307,8 +307,10 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     #[cfg(feature = "postgres")]
     fn replay_tier_stats(&self) -> Option<crate::ReplayTierStats>;
 
-    /// A claim, and with [`ClaimOptions::wait`] the claims after each end of the lease it found
-    /// held, until one gets another answer or the bound passes; the same on either backend.
+    /// A claim that may wait ([`ClaimOptions::wait`], here `wait`, not zero): the claims after
+    /// each end of the lease it found held, until one gets another answer or the bound passes;
+    /// the same on either backend.
+    #[allow(clippy::too_many_arguments)]
     fn claim_waiting(
         &self,
         ns: Namespace,
@@ -316,14 +318,10 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         key: &[u8],
         fingerprint: &[u8],
         opts: ClaimOptions,
+        wait: Duration,
         on_release: &OnRelease,
     ) -> impl Future<Output = Result<Claim>> + Send {
         async move {
-            let Some(wait) = opts.wait.filter(|w| !w.is_zero()) else {
-                return self
-                    .claim(ns, tenant, key, fingerprint, opts, on_release)
-                    .await;
-            };
             let deadline = Instant::now() + wait;
             loop {
                 // Taken before the claim reads the key, so that an end between the two is not missed.

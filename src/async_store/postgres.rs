@@ -19,7 +19,7 @@ use crate::entities::{Conflict, Expect, UpdateOptions, Version, Versioned};
 use crate::error::Result;
 use crate::format::Namespace;
 use crate::offsets::OffsetWindow;
-use crate::postgres::{ClaimAsk, Postgres, PostgresStats, ReadFirst, SqlTransaction};
+use crate::postgres::{Checked, ClaimAsk, Postgres, PostgresStats, ReadFirst, SqlTransaction};
 use crate::record::{
     Checkpoint, Claim, ClaimOptions, FailKind, Lease, LeaseResult, RecordInfo, Response,
 };
@@ -65,25 +65,9 @@ impl Backend for Postgres {
             ClaimAsk::Answered(answer) => return answer,
             ClaimAsk::Database(checked) => checked,
         };
-        // A read first (a run of retries) runs here: it acquires nothing.
-        let pending = match self.read_first(ns, tenant, key, fingerprint, checked).await {
-            ReadFirst::Answered(answer) => return answer,
-            ReadFirst::Pending(pending) => pending,
-        };
-        // Run to its end even if this caller goes away, then release what it acquired.
-        let (pg, t, k, f) = (
-            self.clone(),
-            tenant.to_vec(),
-            key.to_vec(),
-            fingerprint.to_vec(),
-        );
-        let (releaser, on_release) = (self.clone(), on_release.clone());
-        Detached::new(async move { pg.claim_in_database(ns, &t, &k, &f, pending).await })
-            .then_if_dropped(move |claim| async move {
-                if let Ok(Claim::Acquired(lease)) = claim {
-                    on_release(releaser.fail(&lease, FailKind::Retryable).await);
-                }
-            })
+        // Boxed: the answers above (a replay from the tier, in well under a microsecond) do not
+        // carry the state of the round trips below.
+        Box::pin(self.claim_in_database_detached(ns, tenant, key, fingerprint, checked, on_release))
             .await
     }
 
@@ -279,5 +263,39 @@ impl Backend for Postgres {
 
     fn replay_tier_stats(&self) -> Option<crate::ReplayTierStats> {
         self.tier_stats()
+    }
+}
+
+impl Postgres {
+    /// A claim's steps that need the database: the read first (a run of retries), which
+    /// acquires nothing, in the caller's task; then the statement, detached.
+    async fn claim_in_database_detached(
+        &self,
+        ns: Namespace,
+        tenant: &[u8],
+        key: &[u8],
+        fingerprint: &[u8],
+        checked: Checked,
+        on_release: &OnRelease,
+    ) -> Result<Claim> {
+        let pending = match self.read_first(ns, tenant, key, fingerprint, checked).await {
+            ReadFirst::Answered(answer) => return answer,
+            ReadFirst::Pending(pending) => pending,
+        };
+        // Run to its end even if this caller goes away, then release what it acquired.
+        let (pg, t, k, f) = (
+            self.clone(),
+            tenant.to_vec(),
+            key.to_vec(),
+            fingerprint.to_vec(),
+        );
+        let (releaser, on_release) = (self.clone(), on_release.clone());
+        Detached::new(async move { pg.claim_in_database(ns, &t, &k, &f, pending).await })
+            .then_if_dropped(move |claim| async move {
+                if let Ok(Claim::Acquired(lease)) = claim {
+                    on_release(releaser.fail(&lease, FailKind::Retryable).await);
+                }
+            })
+            .await
     }
 }

@@ -34,7 +34,7 @@ mod offsets;
 mod pool;
 pub(crate) mod replay_tier;
 mod requests;
-pub(crate) use requests::{ClaimAsk, ReadFirst};
+pub(crate) use requests::{Checked, ClaimAsk, ReadFirst};
 mod rows;
 mod send;
 mod settings;
