@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+#[cfg(any(feature = "postgres", feature = "http"))]
 use std::task::{Context, Poll};
 use std::time::Duration;
 
