@@ -9,12 +9,14 @@
 //! the blocking pool; PostgreSQL calls are async). A claim acquired for a caller that went away
 //! before the answer arrived is released, not left pending until its lease runs out.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-#[cfg(any(feature = "postgres", feature = "http"))]
-use std::task::{Context, Poll};
 use std::time::Duration;
+#[cfg(any(feature = "postgres", feature = "http"))]
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
 
 mod backend;
 mod causal;
@@ -168,31 +170,13 @@ impl AsyncStore {
                 claim(ns, tenant, key, fingerprint, opts, on_release).await
             );
         };
-        let waiting: Pin<Box<dyn Future<Output = Result<Claim>> + Send + '_>> = match &self.backend
-        {
-            AnyBackend::Embedded(b) => Box::pin(backend::Backend::claim_waiting(
-                b,
-                ns,
-                tenant,
-                key,
-                fingerprint,
-                opts,
-                wait,
-                on_release,
-            )),
-            #[cfg(feature = "postgres")]
-            AnyBackend::Postgres(b) => Box::pin(backend::Backend::claim_waiting(
-                b,
-                ns,
-                tenant,
-                key,
-                fingerprint,
-                opts,
-                wait,
-                on_release,
-            )),
-        };
-        waiting.await
+        Box::pin(async move {
+            dispatch!(
+                &self.backend,
+                claim_waiting(ns, tenant, key, fingerprint, opts, wait, on_release).await
+            )
+        })
+        .await
     }
 
     /// Stores `response` as the result of the leased operation, as [`Store::complete`].

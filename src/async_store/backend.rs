@@ -325,7 +325,8 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         async move {
             let deadline = Instant::now() + wait;
             loop {
-                // Taken before the claim reads the key, so that an end between the two is not missed.
+                // Taken before the claim reads the key, so that an end between the two is not
+                // missed.
                 let ticket = self.ticket();
                 let claim = self
                     .claim(ns, tenant, key, fingerprint, opts, on_release)
@@ -337,9 +338,9 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
                 if now >= deadline {
                     return Ok(claim);
                 }
-                // At the bound the answer is this claim's, its lease's time counted down: a claim is
-                // asked again only when the lease ended (its holder's call, or it ran out: a crashed
-                // holder never ends it).
+                // At the bound the answer is this claim's, its lease's time counted down: a claim
+                // is asked again only when the lease ended (its holder's call, or it ran out: a
+                // crashed holder never ends it).
                 match self
                     .wait_for_end(ticket, ns, tenant, key, deadline, now + retry_after)
                     .await?
@@ -350,8 +351,8 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
                             retry_after: retry_after.saturating_sub(now.elapsed()),
                         })
                     }
-                    // Claim again after a breath, so that a key that keeps changing hands cannot make
-                    // a loop of statements.
+                    // Claim again after a breath, so that a key that keeps changing hands cannot
+                    // make a loop of statements.
                     Waited::NoLease => {
                         tokio::time::sleep(Duration::from_millis(1).min(deadline - now)).await;
                     }

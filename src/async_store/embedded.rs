@@ -337,7 +337,7 @@ impl Backend for Store {
 
 /// Runs `f` inline on a store that never syncs (microseconds), and on tokio's blocking pool when
 /// it does, so that a disk sync never stalls a runtime worker (the HTTP layer's calls too).
-pub(crate) async fn blocking<T, F>(store: &Store, f: F) -> Result<T>
+async fn blocking<T, F>(store: &Store, f: F) -> Result<T>
 where
     T: Send + 'static,
     F: FnOnce(&Store) -> Result<T> + Send + 'static,

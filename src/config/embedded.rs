@@ -138,7 +138,7 @@ impl Config<OnDisk> {
     /// the key claimable at once after the restart (the operation never completed). Past the cap
     /// a claim writes its pending record durably, as `ClaimOptions::durable_pending` asks, and
     /// never refuses. `0`: every pending record is durable. Consumer messages are always
-    /// durable. The PostgreSQL backend keeps every record in the database and ignores this.
+    /// durable. (A store on PostgreSQL keeps every record in the database: it has no such setting.)
     /// The cap is checked without a lock shared by all keys, so claims running at the same moment
     /// may pass it by one each; `Stats::pending_in_memory` counts them. Default: 65,536 (a few MiB).
     #[must_use]

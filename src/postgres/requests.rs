@@ -73,7 +73,8 @@ pub(crate) struct Pending {
 
 impl Postgres {
     /// The part of a claim that needs no round trip: the arguments' check and the replay tier.
-    /// The async layer runs [`Postgres::claim_in_database`] for the rest, to its end even if its
+    /// The async layer (`async_store/postgres.rs`) runs the read first and
+    /// [`Postgres::claim_in_database`] for the rest, to its end even if its
     /// caller goes away (then it releases what it acquired).
     pub(crate) fn claim_here(
         &self,
