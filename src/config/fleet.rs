@@ -107,17 +107,17 @@ impl Config<OnPostgres> {
         self
     }
 
-    /// Whether concurrent calls go to the database as one statement. Claims (of
-    /// new keys, and replays) and lease ends (completions, terminal failures, releases) that
-    /// arrive while [`Config::coalesce_in_flight`] statements of their kind are in flight (or
-    /// that would wait for the pool) are sent together when one ends, as one statement over
+    /// Whether concurrent calls go to the database as one statement when the
+    /// pool has no connection for them. Claims (of new keys, and replays) and lease ends
+    /// (completions, terminal failures, releases) that would wait for the pool are queued
+    /// instead and sent together when a statement of their kind ends, as one statement over
     /// arrays: one transaction and one WAL flush for all of them, each call with its own row's
-    /// answer (docs/design.md, "Coalesced statements"). A call that finds fewer statements in
-    /// flight goes at once, alone: coalescing never waits for a batch to fill. Measured on a
-    /// 2-core machine (docs/benchmarks.md, "Coalesced statements"): even with one statement per
-    /// call up to 16 concurrent callers (up to 9 % slower behind the HTTP layer at 16
-    /// connections), 2x and more at 64 callers over a pool of 24; so it is not yet the default.
-    /// Default: off.
+    /// answer (docs/design.md, "Coalesced statements"). A call for which the pool has a
+    /// connection goes at once, alone, as without coalescing: coalescing never waits for a batch
+    /// to fill, and never sends fewer statements than the pool could run at once (a multi-core
+    /// server runs them in parallel; measured in docs/benchmarks.md, "Coalescing only when the
+    /// pool is exhausted"). Turn it on when an instance runs more concurrent calls than its pool
+    /// has connections. Default: off.
     #[must_use]
     pub fn coalescing(mut self, on: bool) -> Self {
         self.backend.settings.coalescing = on;
@@ -125,18 +125,32 @@ impl Config<OnPostgres> {
     }
 
     /// Whether a claim that inserts a new key's pending row commits without
-    /// waiting for its WAL flush (`synchronous_commit` off for that transaction alone). The
-    /// completion's commit, which waits for its flush, makes the claim durable with it (both are
-    /// in the one WAL, the claim first): one flushed commit per request instead of two, as the
-    /// embedded store writes once per request (docs/design.md, "One WAL flush per request";
-    /// measured in docs/benchmarks.md). Fencing tokens stay unique and increasing: a buffered
-    /// claim takes one from a block the store drew with a flushed commit. What it gives up: if
-    /// the database server crashes (or fails over) within moments of a claim, before anything
-    /// flushed it, the pending row is lost while its holder may still be running; the holder's
-    /// completion is then refused (`LeaseLost::Gone`), and a retry acquires the key and runs the
-    /// operation again. Leave it off where an operation must never run twice even then; claims
-    /// with [`crate::ClaimOptions::durable_pending`] and consumer messages always wait for
-    /// their flush. Default: off.
+    /// waiting for its WAL flush (`synchronous_commit` off for that transaction alone). On (the
+    /// default): the completion's commit, which waits for its flush (and for synchronous
+    /// standbys), makes the claim durable with it (both are in the one WAL, the claim first):
+    /// one flushed commit per request instead of two, as the embedded store writes once per
+    /// request (docs/design.md, "One WAL flush per request"; measured in docs/benchmarks.md).
+    /// Fencing tokens stay unique and increasing: a buffered claim takes one from a block the
+    /// store drew with a flushed commit.
+    ///
+    /// What each mode guarantees when the database server crashes or fails over
+    /// (docs/operating.md, "What replication guarantees"):
+    /// - on (buffered): a claim answered in the moments before the crash that no later commit
+    ///   had flushed yet (under load, the next flushed commit of any session; otherwise the WAL
+    ///   writer within `3 x wal_writer_delay`) is lost while its holder may still be running.
+    ///   The holder's completion is then refused (`LeaseLost::Gone`; `TakenOver` or
+    ///   `Finished` once a retry claimed the key), and a retry acquires the key afresh and runs
+    ///   the operation again. Every acknowledged completion is kept (under synchronous replication, across a
+    ///   failover too);
+    /// - off (flushed): a claim is flushed (and replicated to synchronous standbys) before it
+    ///   answers, so across a crash or a synchronous failover a retry waits for the holder and
+    ///   the holder's completion, asked again, succeeds: an operation runs at most once. Each
+    ///   request costs two flushed commits.
+    ///
+    /// Turn it off where an operation must never run twice even after a database crash (a
+    /// downstream that is neither idempotent nor reconciled). Claims with
+    /// [`crate::ClaimOptions::durable_pending`] and consumer messages wait for their flush in
+    /// either mode.
     #[must_use]
     pub fn buffered_claims(mut self, on: bool) -> Self {
         self.backend.settings.buffered_claims = on;
@@ -167,11 +181,9 @@ impl Config<OnPostgres> {
         self
     }
 
-    /// With [`Config::coalescing`]: how many statements of one kind (claims,
-    /// lease ends) may be in flight before further calls of that kind queue for the next
-    /// coalesced statement. A call goes at once, alone, while fewer are in flight and the pool
-    /// has a connection for it; at the limit it joins the queue, which goes as one statement
-    /// when a statement of its kind ends. Default: 4.
+    /// With [`Config::coalescing`]: how many coalesced statements of one kind
+    /// (claims, lease ends) may be in flight at once, each sending the calls queued while the
+    /// pool had no connection for them. Default: 4.
     #[must_use]
     pub fn coalesce_in_flight(mut self, statements: usize) -> Self {
         self.backend.settings.coalesce_limits.in_flight = statements;
@@ -384,16 +396,16 @@ impl Settings {
             tls_roots: None,
             statement_mode: None,
             synchronous_commit: None,
-            // Off: a claim lost in a server crash or a failover while its holder lives lets a
-            // retry run the operation again (docs/design.md, "One WAL flush per request").
-            buffered_claims: false,
-            // Off until it is never slower (docs/benchmarks.md, "Coalesced statements").
+            // On: one flushed commit per request, as the embedded store (docs/design.md, "One
+            // WAL flush per request"); off is the setting for operations that must never run
+            // twice, even after a database crash.
+            buffered_claims: true,
+            // Off: it helps only an instance with more concurrent calls than connections.
             coalescing: false,
             coalesce_limits: CoalesceLimits {
                 rows: 128,
                 bytes: 1 << 20,
-                // Statements of a kind in flight before calls queue (measured against 2 and the
-                // whole pool: docs/benchmarks.md, "Coalesced statements, second part").
+                // Coalesced statements of a kind in flight at once.
                 in_flight: 4,
             },
             listen_url: None,

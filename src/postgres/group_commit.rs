@@ -2,12 +2,13 @@
 //! wait for the database together go to it as one statement over arrays, one transaction and one
 //! WAL flush for all of them (the counterpart of the group commit the embedded engine does for
 //! its synced writes, `embedded/engine/group_commit.rs`). Invariants:
-//! - no batch wait: a call goes at once, alone, by the one-call path ([`Turn::Alone`]) when no
-//!   statement of its kind is in flight, or when fewer than [`Limits::in_flight`] are and the
-//!   pool would give it a connection at once; otherwise it queues, and the queue goes as one
-//!   statement when a statement of its kind ends, sent by one of at most [`Limits::in_flight`]
-//!   batch tasks of the kind (so at most that many statements of a kind are in flight, lone
-//!   calls and batches together);
+//! - no batch wait, and no queue while the pool has room: a call goes at once, alone, by the
+//!   one-call path ([`Turn::Alone`]) when the pool would give it a connection at once, or when no
+//!   statement of its kind is in flight; only a call that would wait for the pool queues, and
+//!   the queue goes as one statement when a statement of its kind ends, sent by one of at most
+//!   [`Limits::in_flight`] batch tasks of the kind. So a store whose pool keeps up sends exactly
+//!   what it sends without coalescing (a multi-core server runs its statements in parallel), and
+//!   a store whose callers outnumber its connections sends their calls in fewer statements;
 //! - one row per key in a statement: a call for a key already in the forming batch stays queued
 //!   for the next one, so the database decides two calls of one key one after the other;
 //! - every queued call gets its own row's answer, or the whole statement's error (a timeout, a
@@ -104,15 +105,14 @@ impl<K: Kind> Coalescer<K> {
         }
     }
 
-    /// Takes the call's turn: alone if nothing of its kind is in flight, or fewer than the
-    /// limit and the pool has a connection for it; else queued (`call` makes what the batch
-    /// needs; a lone call never makes it).
+    /// Takes the call's turn: alone if the pool has a connection for it, or nothing of its kind
+    /// is in flight; else queued (`call` makes what the batch needs; a lone call never makes
+    /// it).
     pub(crate) fn enter(store: &Arc<PgStore>, call: impl FnOnce() -> K::Call) -> Turn<K> {
         let c = K::queue(store);
         let room = super::pool::has_room(&store.pool);
         let mut q = c.queue.lock();
-        let busy = q.alone + q.drivers;
-        if busy == 0 || (busy < c.limits.in_flight && room) {
+        if room || q.alone + q.drivers == 0 {
             q.alone += 1;
             return Turn::Alone(Lead {
                 store: store.clone(),

@@ -126,6 +126,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         up: CLAIM_NONCE,
         down: CLAIM_NONCE_DOWN,
     },
+    Migration {
+        version: 8,
+        name: "waiters woken after the change: no row lock and no lock record per update",
+        up: WAKE_AFTER,
+        down: WAKE_AFTER_DOWN,
+    },
 ];
 
 /// Fleet-wide waits (`waits.rs`). `waiting` is set on a pending row by a claim that waits for
@@ -969,6 +975,54 @@ $fn$;
     ALTER TABLE idemdb_requests DROP COLUMN claim_nonce;
     ";
 
+/// Waiters woken by `AFTER` triggers. The `BEFORE` triggers of migration 6 made PostgreSQL lock
+/// every updated or deleted row of `idemdb_requests` before its trigger's `WHEN` was evaluated
+/// (`GetTupleForTrigger`), even when it was false, as it is for a row nobody waits for: a
+/// `Heap/LOCK` WAL record (54 bytes) and a tuple lock on every completion. An `AFTER` trigger
+/// with the same `WHEN` costs nothing when it is false. It cannot change the row, so the flag is
+/// no longer cleared by the trigger: the statements that end a lease in the prepared mode
+/// (`statements::COMPLETE`, `FAIL`, `RELEASE`) clear it themselves, and a flag left set (a
+/// lease ended by one of the functions, or a takeover) costs at most a notification nobody
+/// waits for, when that row's next lease ends or the row is deleted (a waiter woken without a
+/// reason claims again). A waiter that marks a row whose flag is still set reads it as marked
+/// (`statements::MARK_WAITING`), and the trigger fires when its lease ends.
+const WAKE_AFTER: &str = "
+DROP TRIGGER idemdb_requests_wake ON idemdb_requests;
+DROP TRIGGER idemdb_requests_wake_deleted ON idemdb_requests;
+
+CREATE FUNCTION idemdb_wake_after() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_notify('idemdb_wait_' || left(md5(TG_TABLE_SCHEMA), 20),
+        left(OLD.ns::text || ':' || encode(OLD.tenant, 'hex') || ':' || encode(OLD.key, 'hex'),
+             7000));
+    RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake_after();
+
+CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake_after();
+";
+
+const WAKE_AFTER_DOWN: &str = "
+DROP TRIGGER idemdb_requests_woken ON idemdb_requests;
+DROP TRIGGER idemdb_requests_woken_deleted ON idemdb_requests;
+DROP FUNCTION idemdb_wake_after();
+
+CREATE TRIGGER idemdb_requests_wake BEFORE UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake();
+
+CREATE TRIGGER idemdb_requests_wake_deleted BEFORE DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake();
+";
+
 /// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -1067,6 +1121,11 @@ mod tests {
             7,
             "62e5d8835a114a75f5c222d54ce1eff78a2dc598bf5e7d265ed88145b5e7e317",
             "6f7b2b70fedcb2552f9570d86753a76af6d2704f33f36f426f623db5284f407c",
+        ),
+        (
+            8,
+            "8048a57b0b148e5441cde248a740b28fd3f596ce3ca6835ede28266f5046d15c",
+            "6c0b2fd7faf78f697b8bd347e5469cf9d7cf0c479b756f41bc68ee08fe5cd846",
         ),
     ];
 

@@ -274,7 +274,9 @@ RETURNING q.lease_until"
 }
 
 /// A holder's call that ends the lease with a stored response in `state` (2 completed, 3 failed):
-/// $6 the response body, $7 its metadata (key, value, key, value...).
+/// $6 the response body, $7 its metadata (key, value, key, value...). It clears the row's
+/// `waiting` flag, as [`RELEASE`] does: the trigger that notifies the waiters runs after the
+/// change and cannot (migration 8).
 macro_rules! finish {
     ($state:literal) => {
         holder!(
@@ -283,7 +285,7 @@ macro_rules! finish {
             ", finished_at = ",
             now_expr!("$5"),
             ", response_body = $6::bytea, response_meta = $7::text[], \
-             checkpoint_phase = NULL, checkpoint_state = NULL"
+             checkpoint_phase = NULL, checkpoint_state = NULL, waiting = false"
         )
     };
 }
@@ -292,7 +294,7 @@ macro_rules! finish {
 pub(crate) const COMPLETE: &str = finish!("2");
 /// As [`COMPLETE`], for a terminal failure.
 pub(crate) const FAIL: &str = finish!("3");
-pub(crate) const RELEASE: &str = holder!("state = 1");
+pub(crate) const RELEASE: &str = holder!("state = 1, waiting = false");
 /// $6 the renewal in milliseconds.
 pub(crate) const RENEW: &str = holder!(
     "lease_until = ",
@@ -320,13 +322,16 @@ pub(crate) const HOLDER_BATCH: &str = "SELECT ord, lease_until FROM idemdb_end_l
 
 /// $1 how many: a block of fencing tokens for buffered claims (`fences.rs`), in increasing
 /// order. More than 32 values, so `nextval` WAL-logs in the statement and its commit waits for
-/// the flush (whatever the session's `synchronous_commit`: `flushed_if_off!`): no crash hands
-/// these tokens out again.
-pub(crate) const FENCE_BLOCK: &str = concat!(
-    "SELECT idemdb_fence_next() AS fence FROM generate_series(1, $1::integer) WHERE ",
-    flushed_if_off!(),
-    " ORDER BY 1"
-);
+/// the local flush, whatever the session's `synchronous_commit` (`local` for this transaction):
+/// no crash of this server hands these tokens out again. It never waits for a standby: a
+/// block's tokens are used only on the timeline they were drawn on (the claim statements check),
+/// so a standby promoted without the block's sequence record hands out greater tokens (of its
+/// newer timeline) whatever its sequence says. Every buffered claim of the store waits for the
+/// draw (`take_fence`), so a draw that waited for a lagging synchronous standby would hold them
+/// all up to the statement's bound.
+pub(crate) const FENCE_BLOCK: &str = "SELECT idemdb_fence_next() AS fence \
+    FROM generate_series(1, $1::integer) \
+    WHERE set_config('synchronous_commit', 'local', true) IS NOT NULL ORDER BY 1";
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: after a holder's call that applied to nothing, why
 /// (the row's state and fence, whether it expired; no row: gone). Only explains a decision the
@@ -339,7 +344,7 @@ WHERE q.ns = $1 AND q.tenant = $2 AND q.key = $3"
 );
 
 /// $1 ns, $2 tenant, $3 key, $4 test clock: a waiting claim's mark (`waits.rs`). The key's
-/// live pending row is marked `waiting` (migration 6: its lease's end will notify), and the
+/// live pending row is marked `waiting` (migrations 6 and 8: its lease's end will notify), and the
 /// milliseconds left of its lease are the answer; a row some other waiter marked already is
 /// only read. No row: no live lease to wait for (it ended since the claim read it); claim
 /// again. A mark is taken under the row's lock, so a change that ends the lease after it sees

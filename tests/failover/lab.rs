@@ -294,8 +294,10 @@ pub fn split_fence(fence: u64) -> (u64, u64) {
 }
 
 /// A fleet instance as the tests configure it: a store on `url` (the multi-host URL) with a
-/// pool of `pool` connections, connect and statement timeouts of 2 s, default lease `lease` and
-/// no background sweeper. Opening is retried while it fails transiently (for at most 60 s).
+/// pool of `pool` connections, connect and statement timeouts of 2 s, default lease `lease`, no
+/// background sweeper, and flushed claims (`Config::buffered_claims(false)`: the mode in which a
+/// synchronous failover never lets an operation run twice; [`open_buffered`] opens the default). Opening is
+/// retried while it fails transiently (for at most 60 s).
 pub async fn open(url: &str, pool: usize, lease: Duration) -> idemdb::AsyncStore {
     let two = Duration::from_secs(2);
     open_with(url, pool, lease, two, two).await
@@ -309,7 +311,10 @@ pub async fn open_with(
     connect_timeout: Duration,
     statement_timeout: Duration,
 ) -> idemdb::AsyncStore {
-    open_tuned(url, pool, lease, connect_timeout, statement_timeout, |c| c).await
+    open_tuned(url, pool, lease, connect_timeout, statement_timeout, |c| {
+        c.buffered_claims(false)
+    })
+    .await
 }
 
 /// Retries `call` (each bounded at 30 s, past which it is a hang) while it fails transiently,
@@ -332,11 +337,11 @@ where
     }
 }
 
-/// As [`open`], with buffered claims (`Config::buffered_claims`).
+/// As [`open`], with buffered claims (`Config::buffered_claims`, the default).
 #[allow(dead_code)]
 pub async fn open_buffered(url: &str, pool: usize, lease: Duration) -> idemdb::AsyncStore {
     let two = Duration::from_secs(2);
-    open_tuned(url, pool, lease, two, two, |c| c.buffered_claims(true)).await
+    open_tuned(url, pool, lease, two, two, |c| c).await
 }
 
 /// As [`open_with`], the configuration changed by `tune` last.

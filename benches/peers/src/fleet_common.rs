@@ -8,7 +8,22 @@ use tokio_postgres::NoTls;
 
 pub type R<T> = Result<T, String>;
 
-pub const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The PostgreSQL server the benchmarks use: `IDEMDB_BENCH_PG_URL` when set (a `pg-lab pair`'s
+/// primary, say), else the local server at 127.0.0.1:5432, database `test`. A URL with no `?`
+/// (the benchmarks append their options after one).
+pub static PG_URL: PgUrl = PgUrl(std::sync::LazyLock::new(|| {
+    std::env::var("IDEMDB_BENCH_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}));
+
+/// [`PG_URL`]'s type: the URL, read from the environment once.
+pub struct PgUrl(std::sync::LazyLock<String>);
+
+impl std::fmt::Display for PgUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// A PostgreSQL error with the server's SQLSTATE and message.
 pub fn pg_err(e: tokio_postgres::Error) -> String {

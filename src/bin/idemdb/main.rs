@@ -210,6 +210,10 @@ struct MigrateArgs {
                   headers and its whole body.\n\
                   --durability synced: each stored answer is synced before it is sent (survives \
                   a machine crash);\nbuffered: survives a crash of the proxy only.\n\
+                  --claims buffered: a new key's claim is made durable by its answer's flushed \
+                  commit (one per request);\nflushed: each claim is flushed before the upstream \
+                  is called (a database crash or failover never\nlets a retry reach the upstream \
+                  while the first call may still run).\n\
                   --log: a level, or target=level pairs (idemdb::http=info: a line per request).\n\
                   \n\
                   ROUTES FILE (the idempotency inventory): one route per line, `#` comments:\n  \
@@ -279,6 +283,10 @@ struct ProxyArgs {
     #[arg(long, value_name = "MODE", value_parser = ["synced", "buffered"], requires = "db",
           hide_possible_values = true)]
     durability: Option<String>,
+    /// With --postgres: buffered or flushed [default: buffered]
+    #[arg(long, value_name = "MODE", value_parser = ["buffered", "flushed"],
+          requires = "postgres", hide_possible_values = true)]
+    claims: Option<String>,
     /// What to log on stderr
     #[arg(long, value_name = "FILTER", default_value = "warn")]
     log: String,
@@ -518,6 +526,7 @@ fn run(command: Command, matches: &ArgMatches) -> Result<ExitCode, String> {
                 drain_timeout: a.drain_timeout,
                 log: a.log,
                 buffered: a.durability.as_deref() == Some("buffered"),
+                flushed_claims: a.claims.as_deref() == Some("flushed"),
                 threads: a.threads,
             })
         }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
-//!     [--only pg,pg-coalesce,pg-tier,pg-buffered,pg-fast,recipe,recipe-select,redis,embedded,dbos]
+//!     [--only pg,pg-flushed,pg-coalesce,pg-tier,recipe,recipe-select,redis,embedded,dbos]
 //!     [--idemdb-options sslmode=disable]
 //!     [--coalesce-in-flight N] [--pin SERVER_CORES:HARNESS_CORES] [--smoke]
 //! ```
@@ -20,7 +20,8 @@
 //! NOTHING` statement that also returns the existing row, one `UPDATE`); Redis `SET NX PX` + `SET
 //! XX PX`, replay `SET NX` then `GET` (2); the embedded store none.
 //!
-//! PostgreSQL at 127.0.0.1:5432 (database `test`, user `postgres`, trust), Redis at
+//! PostgreSQL at 127.0.0.1:5432 (database `test`, user `postgres`, trust; `IDEMDB_BENCH_PG_URL`
+//! names another, a `scripts/pg-lab pair` primary say), Redis at
 //! 127.0.0.1:6379: a server that cannot be reached fails the run, naming it. idemdb, idemdb with a
 //! replay tier and the recipe each use their own schema (created and dropped here), with
 //! `synchronous_commit` as the server has it (stated in the output); one pooled connection per
@@ -47,10 +48,10 @@ struct Settings {
     keys: usize,
     tasks: Vec<usize>,
     rounds: usize,
-    /// Only these systems (all when empty): `pg`, `pg-coalesce`, `pg-tier`, `pg-buffered`,
-    /// `pg-fast` (buffered claims and coalescing), `recipe`, `recipe-select` (replays as a plain
-    /// `SELECT`), `redis`,
-    /// `embedded`.
+    /// Only these systems (all when empty): `pg` (the defaults: buffered claims), `pg-flushed`
+    /// (`buffered_claims(false)`), `pg-coalesce` (the defaults and coalescing), `pg-tier` (the
+    /// defaults and a replay tier), `recipe`, `recipe-select` (replays as a plain `SELECT`),
+    /// `redis`, `embedded`, `dbos`.
     only: Vec<String>,
     /// URL options of idemdb's stores (`--idemdb-options`): plain TCP by default, as the
     /// recipe's client connects; `sslmode=require` measures TLS, `statement_mode=unnamed` the
@@ -99,7 +100,27 @@ fn parse_args() -> R<Settings> {
                     return Err("--rounds must be at least 1".into());
                 }
             }
-            "--only" => s.only = value()?.split(',').map(str::to_owned).collect(),
+            "--only" => {
+                s.only = value()?.split(',').map(str::to_owned).collect();
+                const KNOWN: [&str; 9] = [
+                    "pg",
+                    "pg-flushed",
+                    "pg-coalesce",
+                    "pg-tier",
+                    "recipe",
+                    "recipe-select",
+                    "redis",
+                    "embedded",
+                    "dbos",
+                ];
+                if let Some(o) = s.only.iter().find(|o| !KNOWN.contains(&o.as_str())) {
+                    return Err(format!(
+                        "--only: no system {o} (one of {}; since issue 45 `pg` has buffered \
+                         claims, the default, and `pg-buffered`/`pg-fast` are `pg`/`pg-coalesce`)",
+                        KNOWN.join(",")
+                    ));
+                }
+            }
             "--idemdb-options" => s.idem_opts = value()?,
             "--coalesce-in-flight" => {
                 s.in_flight = Some(
@@ -536,6 +557,8 @@ struct Row {
     rp: (Vec<u64>, Duration),
     /// Per round: the median claim+complete and replay latency.
     rounds: Vec<(u64, u64)>,
+    /// A PostgreSQL system's server cost of its measured claim+complete requests.
+    server: Option<ServerCost>,
 }
 
 /// One system at one task count: its name, whether its replays are timed after a first replay of
@@ -546,6 +569,8 @@ struct Entry {
     sys: Arc<dyn System>,
     fill: bool,
     prefix: String,
+    /// A PostgreSQL system's table: its schema, and whether it is the recipe's.
+    table: Option<(String, bool)>,
 }
 
 impl Entry {
@@ -560,8 +585,88 @@ impl Entry {
             sys: Arc::new(sys),
             fill,
             prefix,
+            table: None,
         }
     }
+
+    /// The entry of a system whose rows live in `schema`'s table (`hand`: the recipe's).
+    fn on_table(mut self, schema: &str, hand: bool) -> Entry {
+        self.table = Some((schema.to_owned(), hand));
+        self
+    }
+}
+
+/// What the server did for a system's claim+complete requests (`Row::server`): WAL written,
+/// CPU used by every `postgres` process on this machine, and the table's row and index changes.
+#[derive(Default, Clone, Copy)]
+struct ServerCost {
+    /// The measured requests (WAL, CPU), and every claim+complete request of the table
+    /// (warm-up included: the row counts).
+    requests: u64,
+    all_requests: u64,
+    wal_bytes: u64,
+    cpu_ticks: u64,
+    inserted: u64,
+    updated: u64,
+    hot: u64,
+    indexes: u64,
+}
+
+/// The server's WAL insert position in bytes.
+async fn wal_position(c: &tokio_postgres::Client) -> R<u64> {
+    let row = c
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint",
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
+}
+
+/// CPU time (clock ticks, user and system) of every process named `postgres` on this machine
+/// (the server's backends persist: the systems pool their connections).
+fn postgres_cpu_ticks() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut ticks = 0;
+    for e in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] != "postgres" {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        ticks += n(11) + n(12);
+    }
+    ticks
+}
+
+/// A table's inserted, updated and HOT-updated rows so far, and its number of indexes. Read
+/// after the systems' connections closed: a backend sends its statistics when it exits (an idle
+/// one may hold them for 10 s).
+async fn table_counts(c: &tokio_postgres::Client, schema: &str, hand: bool) -> R<[u64; 4]> {
+    let table = if hand {
+        "hand_requests"
+    } else {
+        "idemdb_requests"
+    };
+    let row = c
+        .query_one(
+            "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, \
+             (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid) \
+             FROM pg_stat_user_tables t WHERE schemaname = $1 AND relname = $2",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err)?;
+    Ok([0, 1, 2, 3].map(|i| row.get::<_, i64>(i).max(0) as u64))
 }
 
 /// Measures every entry in `rounds` rounds of `keys / rounds` fresh keys each, the entries taking
@@ -576,6 +681,7 @@ async fn measure_all(entries: Vec<Entry>, tasks: usize, keys: usize, rounds: usi
             cc: (Vec::new(), Duration::ZERO),
             rp: (Vec::new(), Duration::ZERO),
             rounds: Vec::new(),
+            server: e.table.as_ref().map(|_| ServerCost::default()),
         })
         .collect();
     for e in &entries {
@@ -586,6 +692,7 @@ async fn measure_all(entries: Vec<Entry>, tasks: usize, keys: usize, rounds: usi
         );
         run(&e.sys, warm, tasks, false).await?;
     }
+    let pg = pg_client(None).await?;
     let per_round = (keys / rounds).max(1);
     for round in 0..rounds {
         for i in 0..entries.len() {
@@ -596,7 +703,16 @@ async fn measure_all(entries: Vec<Entry>, tasks: usize, keys: usize, rounds: usi
                     .map(|k| format!("{}-{tasks}-{round}-{k}", e.prefix))
                     .collect(),
             );
+            let before = match e.table {
+                Some(_) => Some((wal_position(&pg).await?, postgres_cpu_ticks())),
+                None => None,
+            };
             let cc = run(&e.sys, ks.clone(), tasks, false).await?;
+            if let (Some((wal, cpu)), Some(server)) = (before, rows[at].server.as_mut()) {
+                server.wal_bytes += wal_position(&pg).await?.saturating_sub(wal);
+                server.cpu_ticks += postgres_cpu_ticks().saturating_sub(cpu);
+                server.requests += cc.0.len() as u64;
+            }
             if e.fill {
                 run(&e.sys, ks.clone(), tasks, true).await?;
             }
@@ -612,6 +728,13 @@ async fn measure_all(entries: Vec<Entry>, tasks: usize, keys: usize, rounds: usi
     for r in &mut rows {
         r.cc.0.sort_unstable();
         r.rp.0.sort_unstable();
+    }
+    // Every claim+complete request, warm-up included: the tables' counts (`table_counts`) are
+    // per request over all of them.
+    for r in &mut rows {
+        if let Some(server) = r.server.as_mut() {
+            server.all_requests = (tasks * 8) as u64 + server.requests;
+        }
     }
     Ok(rows)
 }
@@ -749,11 +872,10 @@ async fn main_async(s: Settings) -> R<()> {
         format!("fleet_coalesce_{run_id}"),
         format!("fleet_tier_{run_id}"),
         format!("fleet_hand_{run_id}"),
-        format!("fleet_buffered_{run_id}"),
-        format!("fleet_fast_{run_id}"),
+        format!("fleet_flushed_{run_id}"),
         format!("fleet_hsel_{run_id}"),
     ];
-    let [idem_schema, coalesce_schema, tier_schema, hand_schema, buffered_schema, fast_schema, hsel_schema] =
+    let [idem_schema, coalesce_schema, tier_schema, hand_schema, flushed_schema, hsel_schema] =
         &schemas;
     let sync_commit: String = pg_client(None)
         .await?
@@ -804,8 +926,16 @@ async fn main_async(s: Settings) -> R<()> {
             bool,
             &'static str,
         );
-        let variants: [Variant; 5] = [
+        let variants: [Variant; 4] = [
             ("pg", "idemdb on PostgreSQL", idem_schema, |c| c, false, ""),
+            (
+                "pg-flushed",
+                "idemdb on PostgreSQL, flushed claims",
+                flushed_schema,
+                |c| c.buffered_claims(false),
+                false,
+                "b",
+            ),
             (
                 "pg-coalesce",
                 "idemdb on PostgreSQL, coalescing",
@@ -822,22 +952,6 @@ async fn main_async(s: Settings) -> R<()> {
                 true,
                 "t",
             ),
-            (
-                "pg-buffered",
-                "idemdb on PostgreSQL, buffered claims",
-                buffered_schema,
-                |c| c.buffered_claims(true),
-                false,
-                "b",
-            ),
-            (
-                "pg-fast",
-                "idemdb on PostgreSQL, buffered claims + coalescing",
-                fast_schema,
-                |c| c.buffered_claims(true).coalescing(true),
-                false,
-                "f",
-            ),
         ];
         for (id, name, schema, tune, fill, suffix) in variants {
             if !want(id) {
@@ -848,33 +962,37 @@ async fn main_async(s: Settings) -> R<()> {
             if name.contains("coalescing") {
                 coalescing_stores.push((name, store.clone()));
             }
-            entries.push(Entry::new(
-                (id, name),
-                Idem(store),
-                fill,
-                format!("{run_id}{suffix}"),
-            ));
+            entries.push(
+                Entry::new((id, name), Idem(store), fill, format!("{run_id}{suffix}"))
+                    .on_table(schema, false),
+            );
         }
         if want("recipe") {
             tables.push((hand_schema, true));
-            entries.push(Entry::new(
-                ("recipe", "hand-written PostgreSQL recipe"),
-                HandPg::connect(hand_schema, conns, false).await?,
-                false,
-                run_id.clone(),
-            ));
+            entries.push(
+                Entry::new(
+                    ("recipe", "hand-written PostgreSQL recipe"),
+                    HandPg::connect(hand_schema, conns, false).await?,
+                    false,
+                    run_id.clone(),
+                )
+                .on_table(hand_schema, true),
+            );
         }
         if want("recipe-select") {
             tables.push((hsel_schema, true));
-            entries.push(Entry::new(
-                (
-                    "recipe-select",
-                    "hand-written recipe, replay as a plain SELECT",
-                ),
-                HandPg::connect(hsel_schema, conns, true).await?,
-                false,
-                run_id.clone(),
-            ));
+            entries.push(
+                Entry::new(
+                    (
+                        "recipe-select",
+                        "hand-written recipe, replay as a plain SELECT",
+                    ),
+                    HandPg::connect(hsel_schema, conns, true).await?,
+                    false,
+                    run_id.clone(),
+                )
+                .on_table(hsel_schema, true),
+            );
         }
         if want("redis") {
             entries.push(Entry::new(
@@ -913,7 +1031,9 @@ async fn main_async(s: Settings) -> R<()> {
                 prefill(schema, *hand, s.prefill, s.expiring * 600, s.expiring).await?;
             }
         }
-        rows.extend(measure_all(entries, tasks, s.keys, s.rounds).await?);
+        let tables_of: Vec<Option<(String, bool)>> =
+            entries.iter().map(|e| e.table.clone()).collect();
+        let mut measured = measure_all(entries, tasks, s.keys, s.rounds).await?;
         if s.prefill + s.expiring > 0 {
             for (schema, hand) in &tables {
                 vacuum_report(schema, *hand).await?;
@@ -930,6 +1050,18 @@ async fn main_async(s: Settings) -> R<()> {
                 );
             }
         }
+        // Every system's connections are closed now: their backends sent their statistics.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pg = pg_client(None).await?;
+        let prefilled = s.prefill + s.expiring * 600;
+        for (table, r) in tables_of.iter().zip(&mut measured) {
+            if let (Some((schema, hand)), Some(server)) = (table, r.server.as_mut()) {
+                let [ins, upd, hot, indexes] = table_counts(&pg, schema, *hand).await?;
+                server.inserted = ins.saturating_sub(prefilled);
+                (server.updated, server.hot, server.indexes) = (upd, hot, indexes);
+            }
+        }
+        rows.extend(measured);
     }
     for schema in &schemas {
         admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
@@ -963,6 +1095,34 @@ async fn main_async(s: Settings) -> R<()> {
             pct(&r.rp.0, 0.5),
             pct(&r.rp.0, 0.99),
             ops(&r.rp)
+        );
+    }
+    println!();
+    println!(
+        "What the server did per claim+complete request: WAL and CPU (of every `postgres` \
+         process on this machine) in the measured rounds; rows and index entries (rows inserted \
+         and non-HOT updates times the table's indexes) over every request, warm-up included:"
+    );
+    println!();
+    println!("| system | tasks | WAL bytes | server CPU µs | rows inserted | rows updated | HOT % | index entries |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let tick_us = 1e6 / 100.0; // USER_HZ: 100 on Linux
+    for r in &rows {
+        let Some(c) = r.server.filter(|c| c.requests > 0) else {
+            continue;
+        };
+        let per = |v: u64| v as f64 / c.requests as f64;
+        let per_all = |v: u64| v as f64 / c.all_requests.max(1) as f64;
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} |",
+            r.system,
+            r.tasks,
+            per(c.wal_bytes),
+            per(c.cpu_ticks) * tick_us,
+            per_all(c.inserted),
+            per_all(c.updated),
+            100.0 * c.hot as f64 / c.updated.max(1) as f64,
+            per_all((c.inserted + c.updated.saturating_sub(c.hot)) * c.indexes),
         );
     }
     println!();

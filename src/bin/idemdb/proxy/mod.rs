@@ -40,6 +40,8 @@ pub(crate) struct Options {
     pub(crate) threads: usize,
     /// `--durability buffered` (an embedded store only).
     pub(crate) buffered: bool,
+    /// `--claims flushed` (a store on PostgreSQL only): `Config::buffered_claims(false)`.
+    pub(crate) flushed_claims: bool,
 }
 
 /// `idemdb proxy --inventory`: the routes as a table.

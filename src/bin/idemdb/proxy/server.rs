@@ -151,6 +151,7 @@ async fn open_store(o: &Options) -> Result<AsyncStore, String> {
             .map_err(|e| format!("the store in {}: {e}", dir.display()))?
             .into(),
         Target::Postgres(url) => Config::postgres(url)
+            .buffered_claims(!o.flushed_claims)
             .open_async()
             .await
             .map_err(|e| format!("the store on PostgreSQL: {e}"))?,
