@@ -382,6 +382,8 @@ impl PgStore {
                 &nonce,
             ];
             match fast {
+                // A claim with its store's token inserts first (`CLAIM_TOKEN`).
+                true if token.is_some() => self.query(statements::CLAIM_TOKEN, &p).await,
                 true => self.query(statements::CLAIM_FAST, &p).await,
                 // The function takes the first seven and the nonce.
                 false => {
@@ -391,9 +393,9 @@ impl PgStore {
             }
         };
         let mut first = read.map(Some);
-        // Coalescing: the first statement goes at once while few claims are in flight (see
-        // `Coalescer::enter`), else in the next batch ([`statements::CLAIM_BATCH`], whose row
-        // answers as this one's would).
+        // Coalescing: the first statement goes at once while the pool has a connection for it
+        // (see `Coalescer::enter`), else in the next batch ([`statements::CLAIM_BATCH`], whose
+        // row answers as this one's would).
         if self.coalescing && first.is_none() {
             let call = || ClaimCall {
                 ns: ns_c,

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! sqlbench --schema S --claim FILE --complete FILE [--mode idem|hand] [--tasks 16]
-//!          [--keys 6000] [--cgroup PATH] [--replay]
+//!          [--keys 6000] [--cgroup PATH] [--replay] [--buffered]
 //! ```
 //!
 //! Schema `S` is created anew (dropped first) and dropped at the end: idemdb's tables by the
@@ -36,6 +36,9 @@ struct S {
     keys: usize,
     cgroup: Option<String>,
     replay: bool,
+    /// `--buffered`: idemdb's claims carry a token of the server's timeline (as from a store's
+    /// block) and ask to be buffered, as the library's default does.
+    buffered: bool,
 }
 
 fn parse() -> R<S> {
@@ -48,6 +51,7 @@ fn parse() -> R<S> {
         keys: 6000,
         cgroup: None,
         replay: false,
+        buffered: false,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -63,6 +67,7 @@ fn parse() -> R<S> {
             "--keys" => s.keys = v()?.parse().map_err(|e| format!("{e}"))?,
             "--cgroup" => s.cgroup = Some(v()?),
             "--replay" => s.replay = true,
+            "--buffered" => s.buffered = true,
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -80,6 +85,8 @@ struct Shared {
     body: Vec<u8>,
     meta: Vec<String>,
     run_id: String,
+    /// The server's timeline (`--buffered` tokens carry it above bit 47).
+    timeline: i64,
 }
 
 fn cpu_ns(cg: &Option<String>) -> u64 {
@@ -133,7 +140,17 @@ async fn main_async(s: S) -> R<()> {
         clients.push((c, cl, co));
     }
     const FP: [u8; 32] = [7u8; 32];
+    let timeline: i64 = pg_client(None)
+        .await?
+        .query_one(
+            "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint",
+            &[],
+        )
+        .await
+        .map_err(pg_err)?
+        .get(0);
     let shared = Arc::new(Shared {
+        timeline,
         s: s.clone(),
         clients,
         body: vec![42u8; 256],
@@ -153,6 +170,7 @@ async fn main_async(s: S) -> R<()> {
                         body,
                         meta,
                         run_id,
+                        timeline,
                     } = &*shared;
                     let (c, cl, co) = &clients[t];
                     let mut lat = Vec::new();
@@ -179,6 +197,11 @@ async fn main_async(s: S) -> R<()> {
                             // `NULL`, false and the key's number here, a claim drawing its own
                             // token and flushed (its server work as before).
                             let nonce = i64::try_from(k).unwrap_or(0);
+                            // With `--buffered`: a token of the server's timeline, buffered.
+                            let (token, buffered) = match s.buffered {
+                                true => (Some((*timeline << 47) | nonce), true),
+                                false => (None, false),
+                            };
                             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
                                 &ns,
                                 &tenant,
@@ -187,8 +210,8 @@ async fn main_async(s: S) -> R<()> {
                                 &lease,
                                 &ret,
                                 &now,
-                                &now,
-                                &false,
+                                &token,
+                                &buffered,
                                 &nonce,
                             ];
                             let row = c
