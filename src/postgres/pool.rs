@@ -77,14 +77,14 @@ pub(crate) async fn lend(pool: &Pool) -> Result<Conn> {
     pool.get().await.map(|o| Conn(Some(o))).map_err(pool_error)
 }
 
-/// Closes every idle connection of `pool` (after a call found the server gone, read-only or
-/// shutting down: the idle ones lead to the same server).
 /// Whether a call would get a connection at once: one is idle, or the pool may open another.
 pub(crate) fn has_room(pool: &Pool) -> bool {
     let s = pool.status();
     s.available > 0 || s.size < s.max_size
 }
 
+/// Closes every idle connection of `pool` (after a call found the server gone, read-only or
+/// shutting down: the idle ones lead to the same server).
 pub(crate) fn flush_idle(pool: &Pool) {
     drop(pool.retain(|_, _| false));
 }
