@@ -85,6 +85,22 @@ macro_rules! claim_columns {
     };
 }
 
+/// The end of a claim statement's insert (`ins`), after its buffered claim's condition
+/// (`CASE WHEN <buffered with a token of this timeline>`): the commit is buffered, or flushed as
+/// [`flushed_if_off!`] says; the inserted row answers `acquired`, and a `UNION ALL` follows with
+/// the key's row as read.
+macro_rules! insert_answered {
+    () => {
+        concat!(
+            " THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE ",
+            flushed_if_off!(),
+            " END) ON CONFLICT DO NOTHING RETURNING true AS acquired, ",
+            claim_columns!("q"),
+            ", q.created_at AS now) SELECT * FROM ins UNION ALL"
+        )
+    };
+}
+
 /// The key's row as a claim reads it ($1 ns, $2 tenant, $3 key; `$p` the test clock), shaped as
 /// a claim's answer that did not acquire: [`CLAIM_FAST`]'s read branch, and [`CLAIM_READ`].
 macro_rules! key_row {
@@ -147,16 +163,9 @@ ins AS (
     " END AS fresh) f
     WHERE NOT EXISTS (SELECT 1 FROM r)
       AND (CASE WHEN $9::boolean AND f.fresh
-                THEN set_config('synchronous_commit', 'off', true) IS NOT NULL
-                ELSE ",
-    flushed_if_off!(),
-    " END)
-    ON CONFLICT DO NOTHING
-    RETURNING true AS acquired, ",
-    claim_columns!("q"),
-    ", q.created_at AS now)
-SELECT * FROM ins
-UNION ALL
+",
+    insert_answered!(),
+    "
 SELECT * FROM r"
 );
 
@@ -186,17 +195,9 @@ pub(crate) const CLAIM_TOKEN: &str = concat!(
     " + $5::bigint, false, $10::bigint
     WHERE (CASE WHEN $9::boolean AND $8::bigint >> 47 = ",
     timeline!(),
+    "",
+    insert_answered!(),
     "
-                THEN set_config('synchronous_commit', 'off', true) IS NOT NULL
-                ELSE ",
-    flushed_if_off!(),
-    " END)
-    ON CONFLICT DO NOTHING
-    RETURNING true AS acquired, ",
-    claim_columns!("q"),
-    ", q.created_at AS now)
-SELECT * FROM ins
-UNION ALL
 ",
     key_row!("$7"),
     "

@@ -40,6 +40,9 @@ mod fleet_common;
 use fleet_common::{pg_client, pg_err, quantile as pct, run_main, PG_URL, R};
 #[path = "../pin.rs"]
 mod pin;
+#[path = "../server_cpu.rs"]
+mod server_cpu;
+use server_cpu::{postgres_cpu_ticks, TICK_US};
 const REDIS_ADDR: &str = "127.0.0.1:6379";
 const FP: [u8; 32] = [7; 32];
 const RESP_LEN: usize = 256;
@@ -624,30 +627,6 @@ async fn wal_position(c: &tokio_postgres::Client) -> R<u64> {
     Ok(row.get::<_, i64>(0).max(0) as u64)
 }
 
-/// CPU time (clock ticks, user and system) of every process named `postgres` on this machine
-/// (the server's backends persist: the systems pool their connections).
-fn postgres_cpu_ticks() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut ticks = 0;
-    for e in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        if &stat[open + 1..close] != "postgres" {
-            continue;
-        }
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        ticks += n(11) + n(12);
-    }
-    ticks
-}
-
 /// A table's inserted, updated and HOT-updated rows so far, and its number of indexes. Read
 /// after the systems' connections closed: a backend sends its statistics when it exits (an idle
 /// one may hold them for 10 s).
@@ -1033,6 +1012,21 @@ async fn main_async(s: Settings) -> R<()> {
         }
         let tables_of: Vec<Option<(String, bool)>> =
             entries.iter().map(|e| e.table.clone()).collect();
+        // The tables' counts before the systems' requests: a prefill's rows are not theirs (its
+        // connection has closed, so its statistics have arrived).
+        if s.prefill + s.expiring > 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut base = Vec::new();
+        {
+            let pg = pg_client(None).await?;
+            for table in &tables_of {
+                base.push(match table {
+                    Some((schema, hand)) => table_counts(&pg, schema, *hand).await?,
+                    None => [0; 4],
+                });
+            }
+        }
         let mut measured = measure_all(entries, tasks, s.keys, s.rounds).await?;
         if s.prefill + s.expiring > 0 {
             for (schema, hand) in &tables {
@@ -1053,12 +1047,13 @@ async fn main_async(s: Settings) -> R<()> {
         // Every system's connections are closed now: their backends sent their statistics.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let pg = pg_client(None).await?;
-        let prefilled = s.prefill + s.expiring * 600;
-        for (table, r) in tables_of.iter().zip(&mut measured) {
+        for ((table, base), r) in tables_of.iter().zip(&base).zip(&mut measured) {
             if let (Some((schema, hand)), Some(server)) = (table, r.server.as_mut()) {
                 let [ins, upd, hot, indexes] = table_counts(&pg, schema, *hand).await?;
-                server.inserted = ins.saturating_sub(prefilled);
-                (server.updated, server.hot, server.indexes) = (upd, hot, indexes);
+                server.inserted = ins.saturating_sub(base[0]);
+                server.updated = upd.saturating_sub(base[1]);
+                server.hot = hot.saturating_sub(base[2]);
+                server.indexes = indexes;
             }
         }
         rows.extend(measured);
@@ -1106,7 +1101,6 @@ async fn main_async(s: Settings) -> R<()> {
     println!();
     println!("| system | tasks | WAL bytes | server CPU µs | rows inserted | rows updated | HOT % | index entries |");
     println!("|---|---|---|---|---|---|---|---|");
-    let tick_us = 1e6 / 100.0; // USER_HZ: 100 on Linux
     for r in &rows {
         let Some(c) = r.server.filter(|c| c.requests > 0) else {
             continue;
@@ -1118,7 +1112,7 @@ async fn main_async(s: Settings) -> R<()> {
             r.system,
             r.tasks,
             per(c.wal_bytes),
-            per(c.cpu_ticks) * tick_us,
+            per(c.cpu_ticks) * TICK_US,
             per_all(c.inserted),
             per_all(c.updated),
             100.0 * c.hot as f64 / c.updated.max(1) as f64,

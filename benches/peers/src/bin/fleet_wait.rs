@@ -35,6 +35,9 @@ use idemdb::{AsyncStore, Claim, ClaimOptions, Config, Response};
 #[path = "../fleet_common.rs"]
 mod fleet_common;
 use fleet_common::{pg_client, pg_err, quantile, run_main, PG_URL, R};
+#[path = "../server_cpu.rs"]
+mod server_cpu;
+use server_cpu::{postgres_cpu_ticks, TICK_US};
 
 const SCHEMA: &str = "idemdb_bench_wait";
 const FP: [u8; 32] = [7; 32];
@@ -196,30 +199,6 @@ async fn latency(
     Ok((after_return, after_call))
 }
 
-/// The CPU time (user + system, in clock ticks) of every process named `postgres`.
-fn server_ticks() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut ticks = 0;
-    for e in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        if !head.ends_with("(postgres") {
-            continue;
-        }
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14 and 15 of stat (utime, stime); `rest` starts at field 3.
-        ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    }
-    ticks
-}
-
 struct Load {
     server_cpu_ms_per_s: f64,
     statements_per_s: f64,
@@ -251,10 +230,14 @@ async fn load(
         How::Wait => until_marked(admin, n as i64).await?,
         How::Poll(_) => tokio::time::sleep(Duration::from_secs(1)).await,
     }
-    let (ticks0, sent0, t0) = (server_ticks(), sent.load(Ordering::Relaxed), Instant::now());
+    let (ticks0, sent0, t0) = (
+        postgres_cpu_ticks(),
+        sent.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     tokio::time::sleep(window).await;
     let (ticks1, sent1, secs) = (
-        server_ticks(),
+        postgres_cpu_ticks(),
         sent.load(Ordering::Relaxed),
         t0.elapsed().as_secs_f64(),
     );
@@ -265,9 +248,8 @@ async fn load(
     for w in waiters {
         w.await.map_err(|e| e.to_string())??;
     }
-    // Clock ticks are 1/100 s on Linux.
     Ok(Load {
-        server_cpu_ms_per_s: (ticks1.saturating_sub(ticks0) as f64 * 10.0) / secs,
+        server_cpu_ms_per_s: (ticks1.saturating_sub(ticks0) as f64 * TICK_US / 1000.0) / secs,
         statements_per_s: (sent1 - sent0) as f64 / secs,
         all_answered: started.elapsed(),
     })
