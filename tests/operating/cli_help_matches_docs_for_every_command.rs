@@ -103,6 +103,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "--drain-timeout <DUR>",
             "--threads <N>",
             "--durability <MODE>",
+            "--claims <MODE>",
             "--log <FILTER>",
             "--help",
             "ROUTES FILE",
@@ -243,6 +244,35 @@ fn usage_errors_and_failed_commands_exit_2_naming_the_problem() {
         (
             &["inspect", "--postgres", UNREACHABLE, "--json", "acme", "k"],
             &["--json list an embedded store"],
+        ),
+        // A proxy setting of the other backend is refused, not ignored.
+        (
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--db",
+                db,
+                "--claims",
+                "flushed",
+            ],
+            &["required", "--postgres <URL>"],
+        ),
+        (
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--postgres",
+                UNREACHABLE,
+                "--claims",
+                "sometimes",
+            ],
+            &["invalid value 'sometimes'", "--claims"],
         ),
         // Not a usage error, a failed command: the same status, its own message.
         (&["sweep", "--db", db], &["idemdb: ", "holds no store"]),

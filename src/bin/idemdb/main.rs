@@ -210,8 +210,8 @@ struct MigrateArgs {
                   headers and its whole body.\n\
                   --durability synced: each stored answer is synced before it is sent (survives \
                   a machine crash);\nbuffered: survives a crash of the proxy only.\n\
-                  --claims buffered: a new key's claim is made durable by its answer's flushed \
-                  commit (one per request);\nflushed: each claim is flushed before the upstream \
+                  --claims buffered: a new key's claim is made durable by its answer's commit \
+                  (one flush per request);\nflushed: each claim is flushed before the upstream \
                   is called (a database crash or failover never\nlets a retry reach the upstream \
                   while the first call may still run).\n\
                   --log: a level, or target=level pairs (idemdb::http=info: a line per request).\n\
