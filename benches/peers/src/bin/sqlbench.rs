@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! sqlbench --schema S --claim FILE --complete FILE [--mode idem|hand] [--tasks 16]
-//!          [--keys 6000] [--cgroup PATH] [--replay] [--buffered]
+//!          [--keys 6000] [--cgroup PATH] [--replay] [--buffered] [--schema-sql SQL]
 //! ```
 //!
 //! Schema `S` is created anew (dropped first) and dropped at the end: idemdb's tables by the
@@ -39,6 +39,9 @@ struct S {
     /// `--buffered`: idemdb's claims carry a token of the server's timeline (as from a store's
     /// block) and ask to be buffered, as the library's default does.
     buffered: bool,
+    /// `--schema-sql SQL`: run in the schema after it is made (an experiment on idemdb's table:
+    /// an index or a trigger dropped, say).
+    schema_sql: Option<String>,
 }
 
 fn parse() -> R<S> {
@@ -52,6 +55,7 @@ fn parse() -> R<S> {
         cgroup: None,
         replay: false,
         buffered: false,
+        schema_sql: None,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -68,6 +72,7 @@ fn parse() -> R<S> {
             "--cgroup" => s.cgroup = Some(v()?),
             "--replay" => s.replay = true,
             "--buffered" => s.buffered = true,
+            "--schema-sql" => s.schema_sql = Some(v()?),
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -130,6 +135,13 @@ async fn fresh_schema(schema: &str) -> R<()> {
 
 async fn main_async(s: S) -> R<()> {
     fresh_schema(&s.schema).await?;
+    if let Some(sql) = &s.schema_sql {
+        pg_client(Some(&s.schema))
+            .await?
+            .batch_execute(sql)
+            .await
+            .map_err(pg_err)?;
+    }
     let s = Arc::new(s);
     let run_id = format!("{:x}", std::process::id());
     let mut clients = Vec::new();
