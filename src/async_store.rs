@@ -164,16 +164,16 @@ impl AsyncStore {
         // wait's state (on PostgreSQL, statements) would otherwise be carried, and moved, by
         // every claim's future, the sub-microsecond answers too (a replay from the tier or the
         // embedded store; docs/benchmarks.md, "The house, third step").
-        let Some(wait) = opts.wait.filter(|w| !w.is_zero()) else {
+        if opts.wait.is_none_or(|w| w.is_zero()) {
             return dispatch!(
                 &self.backend,
                 claim(ns, tenant, key, fingerprint, opts, on_release).await
             );
-        };
+        }
         Box::pin(async move {
             dispatch!(
                 &self.backend,
-                claim_waiting(ns, tenant, key, fingerprint, opts, wait, on_release).await
+                claim_waiting(ns, tenant, key, fingerprint, opts, on_release).await
             )
         })
         .await

@@ -308,10 +308,9 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     #[cfg(feature = "postgres")]
     fn replay_tier_stats(&self) -> Option<crate::ReplayTierStats>;
 
-    /// A claim that may wait ([`ClaimOptions::wait`], here `wait`, not zero): the claims after
-    /// each end of the lease it found held, until one gets another answer or the bound passes;
-    /// the same on either backend.
-    #[allow(clippy::too_many_arguments)]
+    /// A claim that may wait ([`ClaimOptions::wait`]): the claims after each end of the lease it
+    /// found held, until one gets another answer or the bound passes; the same on either
+    /// backend.
     fn claim_waiting(
         &self,
         ns: Namespace,
@@ -319,11 +318,10 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         key: &[u8],
         fingerprint: &[u8],
         opts: ClaimOptions,
-        wait: Duration,
         on_release: &OnRelease,
     ) -> impl Future<Output = Result<Claim>> + Send {
         async move {
-            let deadline = Instant::now() + wait;
+            let deadline = Instant::now() + opts.wait.unwrap_or_default();
             loop {
                 // Taken before the claim reads the key, so that an end between the two is not
                 // missed.

@@ -85,6 +85,16 @@ macro_rules! claim_columns {
     };
 }
 
+/// The head of a claim's insert of a new key's pending row: the table and its columns, in the
+/// order the values follow (every claim statement that inserts: [`CLAIM_FAST`], [`CLAIM_TOKEN`],
+/// [`CLAIM_BATCH`]).
+macro_rules! insert_pending {
+    () => {
+        " INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at, \
+         fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)"
+    };
+}
+
 /// The end of a claim statement's insert (`ins`), after its buffered claim's condition
 /// (`CASE WHEN <buffered with a token of this timeline>`): the commit is buffered, or flushed as
 /// [`flushed_if_off!`] says; the inserted row answers `acquired`, and a `UNION ALL` follows with
@@ -148,9 +158,9 @@ pub(crate) const CLAIM_FAST: &str = concat!(
     ",
     key_row!("$7"),
     "),
-ins AS (
-    INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
+ins AS (",
+    insert_pending!(),
+    "
     SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, ",
     now_expr!("$7"),
     ", ",
@@ -181,9 +191,9 @@ SELECT * FROM r"
 /// key's claim makes the store drop its old block, a replay through this statement draws one
 /// (and waits for its flush), as every claim then does.
 pub(crate) const CLAIM_TOKEN: &str = concat!(
-    "WITH ins AS (
-    INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
+    "WITH ins AS (",
+    insert_pending!(),
+    "
     SELECT $1::smallint, $2::bytea, $3::bytea, $4::bytea, ",
     now_expr!("$7"),
     ", ",
@@ -239,9 +249,9 @@ r AS (
     " AS now FROM i CROSS JOIN LATERAL (
         SELECT * FROM idemdb_requests r
         WHERE r.ns = i.ns AND r.tenant = i.tenant AND r.key = i.key OFFSET 0) r),
-ins AS (
-    INSERT INTO idemdb_requests AS q (ns, tenant, key, fingerprint, created_at, expires_at,
-        fence, attempts, takeovers, state, lease_until, taken_over, claim_nonce)
+ins AS (",
+    insert_pending!(),
+    "
     SELECT i.ns, i.tenant, i.key, i.fingerprint, ",
     now_expr!("$7"),
     ", ",
