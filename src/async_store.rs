@@ -237,10 +237,12 @@ impl AsyncStore {
     }
 
     /// Deletes up to `limit` expired records; how many. Embedded: as [`Store::sweep`].
-    /// PostgreSQL: oldest expiry first, in one statement that skips rows other transactions
-    /// hold (no long locks); then, up to `limit` each, reservations whose lease ended and the
-    /// version-0 rows commits' checks of absent entities left (both read as absent already);
-    /// call it in a loop for bigger batches.
+    /// PostgreSQL: once round the table from the sweep's shared cursor, a range of pages per
+    /// statement (no index orders the rows by expiry), skipping rows other transactions hold (no
+    /// long locks); fewer than `limit` means that the walk left no expired row it could delete.
+    /// Then, up to `limit` each, reservations whose lease ended and the version-0 rows commits'
+    /// checks of absent entities left (both read as absent already); call it in a loop for
+    /// bigger batches.
     pub async fn sweep(&self, limit: usize) -> Result<usize> {
         dispatch!(&self.backend, sweep(limit).await)
     }

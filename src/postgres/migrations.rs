@@ -132,6 +132,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         up: WAKE_AFTER,
         down: WAKE_AFTER_DOWN,
     },
+    Migration {
+        version: 9,
+        name: "no expiry index: the sweep walks the table's pages from a shared cursor",
+        up: SWEEP_WALK,
+        down: SWEEP_WALK_DOWN,
+    },
+    Migration {
+        version: 10,
+        name: "waiters woken by the statement that ends the lease: no trigger on the table",
+        up: WAKE_IN_STATEMENT,
+        down: WAKE_IN_STATEMENT_DOWN,
+    },
 ];
 
 /// Fleet-wide waits (`waits.rs`). `waiting` is set on a pending row by a claim that waits for
@@ -437,6 +449,118 @@ END
 $fn$;
 ";
 
+/// The text of `idemdb_holder` (see [`FUNCTIONS`]): `$create` is `CREATE FUNCTION` (migration 2)
+/// or `CREATE OR REPLACE FUNCTION`, and `$ends` follows the `SET` list of each change that ends
+/// the lease (complete, fail, release): empty in migration 2, [`wake_waiters!`] since migration 10.
+macro_rules! holder_fn {
+    ($create:literal, $ends:expr) => {
+        concat!(
+            $create,
+            " ",
+            "idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
+    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+BEGIN
+    IF p_op = 1 THEN
+        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL",
+            $ends,
+            "
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 2 THEN
+        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL",
+            $ends,
+            "
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 3 THEN
+        UPDATE idemdb_requests q SET state = 1",
+            $ends,
+            "
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 4 THEN
+        UPDATE idemdb_requests q SET lease_until = t + p_ms,
+            expires_at = GREATEST(q.expires_at, t + p_ms)
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 5 THEN
+        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    END IF;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
+    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
+END
+$fn$;
+",
+        )
+    };
+}
+
+/// The text of `idemdb_end_leases` (see [`END_LEASES`]), as [`holder_fn!`] for `idemdb_holder`.
+macro_rules! end_leases_fn {
+    ($create:literal, $ends:expr) => {
+        concat!(
+        $create,
+        " ",
+        "idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
+    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
+    p_to integer[], p_now bigint)
+RETURNS TABLE (ord integer, lease_until bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
+    j integer;
+    done bigint;
+BEGIN
+    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
+        done := NULL;
+        IF p_state[j] = 1 THEN
+            UPDATE idemdb_requests q SET state = 1",
+        $ends,
+        "
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        ELSIF p_state[j] IN (2, 3) THEN
+            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
+                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
+                checkpoint_phase = NULL, checkpoint_state = NULL",
+        $ends,
+        "
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        END IF;
+        IF done IS NOT NULL THEN
+            ord := j;
+            lease_until := done;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+",
+        )
+    };
+}
+
 /// The claim, as a function the claim statement calls (one round trip): the key's row is read
 /// first; a row that is live and not acquirable (another fingerprint, finished, or a live lease)
 /// is the answer, read without a lock or a write; otherwise a missing row is inserted (`ON
@@ -452,7 +576,8 @@ $fn$;
 /// 5 checkpoint): one `UPDATE ... WHERE fence = p_fence AND state = pending AND not expired`;
 /// `done_until` is the lease's end when it applied; when it changed nothing, the row is read to
 /// say why (its state, its fence, whether it expired; all `NULL` if there is none).
-const FUNCTIONS: &str = "
+const FUNCTIONS: &str = concat!(
+    "
 CREATE FUNCTION idemdb_claim(p_ns smallint, p_tenant bytea, p_key bytea, p_fp bytea,
     p_lease bigint, p_retention bigint, p_now bigint,
     OUT acquired boolean, OUT fence bigint, OUT attempts integer, OUT taken_over boolean,
@@ -526,51 +651,9 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
-    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
-    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
-LANGUAGE plpgsql VOLATILE AS $fn$
-#variable_conflict use_column
-DECLARE
-    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-BEGIN
-    IF p_op = 1 THEN
-        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
-            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 2 THEN
-        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
-            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 3 THEN
-        UPDATE idemdb_requests q SET state = 1
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 4 THEN
-        UPDATE idemdb_requests q SET lease_until = t + p_ms,
-            expires_at = GREATEST(q.expires_at, t + p_ms)
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 5 THEN
-        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    END IF;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
-    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
-END
-$fn$;
-";
+",
+    holder_fn!("CREATE FUNCTION", "")
+);
 
 /// `idemdb_end_leases` ends many leases in one call (coalesced completions, terminal failures and
 /// releases, `group_commit.rs`): element `j` of the arrays is one call (`p_state[j]` 1 released, 2
@@ -581,42 +664,11 @@ $fn$;
 /// plan PL/pgSQL caches once per server connection: a single `UPDATE ... FROM unnest(...)` had
 /// no shape whose cached plan stays a probe as the table grows, and planning it at every call cost
 /// about as much as running it (docs/benchmarks.md, "Coalesced statements").
-const END_LEASES: &str = "
-CREATE FUNCTION idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
-    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
-    p_to integer[], p_now bigint)
-RETURNS TABLE (ord integer, lease_until bigint)
-LANGUAGE plpgsql VOLATILE AS $fn$
-#variable_conflict use_column
-DECLARE
-    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
-    j integer;
-    done bigint;
-BEGIN
-    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
-        done := NULL;
-        IF p_state[j] = 1 THEN
-            UPDATE idemdb_requests q SET state = 1
-            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
-              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
-            RETURNING q.lease_until INTO done;
-        ELSIF p_state[j] IN (2, 3) THEN
-            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
-                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
-                checkpoint_phase = NULL, checkpoint_state = NULL
-            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
-              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
-            RETURNING q.lease_until INTO done;
-        END IF;
-        IF done IS NOT NULL THEN
-            ord := j;
-            lease_until := done;
-            RETURN NEXT;
-        END IF;
-    END LOOP;
-END
-$fn$;
-";
+const END_LEASES: &str = concat!(
+    "
+",
+    end_leases_fn!("CREATE FUNCTION", "")
+);
 
 /// The schema version this build reads and writes.
 pub(crate) fn current_version() -> i32 {
@@ -975,18 +1027,35 @@ $fn$;
     ALTER TABLE idemdb_requests DROP COLUMN claim_nonce;
     ";
 
+/// Migration 8's triggers, which wake the waiters after a change that ends a waited-for lease
+/// (created by migration 8, dropped by migration 10, created again by its `down`).
+macro_rules! woken_triggers {
+    () => {
+        "CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake_after();
+
+CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake_after();
+"
+    };
+}
+
 /// Waiters woken by `AFTER` triggers. The `BEFORE` triggers of migration 6 made PostgreSQL lock
 /// every updated or deleted row of `idemdb_requests` before its trigger's `WHEN` was evaluated
 /// (`GetTupleForTrigger`), even when it was false, as it is for a row nobody waits for: a
 /// `Heap/LOCK` WAL record (54 bytes) and a tuple lock on every completion. An `AFTER` trigger
-/// with the same `WHEN` costs nothing when it is false. It cannot change the row, so the flag is
+/// with the same `WHEN` takes no lock when it is false (it still costs the statement its
+/// trigger's setup and `WHEN`: migration 10 drops it). It cannot change the row, so the flag is
 /// no longer cleared by the trigger: the statements that end a lease in the prepared mode
 /// (`statements::COMPLETE`, `FAIL`, `RELEASE`) clear it themselves, and a flag left set (a
 /// lease ended by one of the functions, or a takeover) costs at most a notification nobody
 /// waits for, when that row's next lease ends or the row is deleted (a waiter woken without a
 /// reason claims again). A waiter that marks a row whose flag is still set reads it as marked
 /// (`statements::MARK_WAITING`), and the trigger fires when its lease ends.
-const WAKE_AFTER: &str = "
+const WAKE_AFTER: &str = concat!(
+    "
 DROP TRIGGER idemdb_requests_wake ON idemdb_requests;
 DROP TRIGGER idemdb_requests_wake_deleted ON idemdb_requests;
 
@@ -1000,14 +1069,9 @@ BEGIN
 END
 $fn$;
 
-CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
-    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
-    EXECUTE FUNCTION idemdb_wake_after();
-
-CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
-    WHEN (OLD.waiting)
-    EXECUTE FUNCTION idemdb_wake_after();
-";
+",
+    woken_triggers!()
+);
 
 const WAKE_AFTER_DOWN: &str = "
 DROP TRIGGER idemdb_requests_woken ON idemdb_requests;
@@ -1022,6 +1086,90 @@ CREATE TRIGGER idemdb_requests_wake_deleted BEFORE DELETE ON idemdb_requests FOR
     WHEN (OLD.waiting)
     EXECUTE FUNCTION idemdb_wake();
 ";
+
+/// The sweep without a per-row index entry (`sweep.rs`). Migration 1's B-tree on `expires_at`
+/// cost every claim an index entry (64 bytes of WAL, and about a tenth of the server's time per
+/// claim+complete, docs/benchmarks.md, "Issue 45"), and every completion that was not a HOT update
+/// a second one, for a sweep that runs once a minute. The sweep now reads the table's pages in
+/// ranges (a TID range scan, PostgreSQL 14 and newer), from a cursor that every instance shares:
+/// `next_page` the first page of the next range, `laps` how many times the walk came round,
+/// `lap_ended_at` when it last did (database milliseconds). Instances that sweep at once take
+/// successive ranges, so a fleet reads the table about once per lap, not once per instance.
+/// A server older than 14 (no TID range scan: each range would read the whole table) is refused
+/// with `feature_not_supported`.
+const SWEEP_WALK: &str = "
+DO $check$ BEGIN
+    IF current_setting('server_version_num')::integer < 140000 THEN
+        RAISE EXCEPTION 'idemdb needs PostgreSQL 14 or newer (its sweep reads the table by TID \
+ranges); this server is %', current_setting('server_version')
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+END $check$;
+
+DROP INDEX idemdb_requests_expires_at;
+
+CREATE TABLE idemdb_sweep (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    next_page bigint NOT NULL,
+    laps bigint NOT NULL,
+    lap_ended_at bigint NOT NULL
+);
+INSERT INTO idemdb_sweep (next_page, laps, lap_ended_at) VALUES (0, 0, 0);
+";
+
+const SWEEP_WALK_DOWN: &str = "
+DROP TABLE idemdb_sweep;
+CREATE INDEX idemdb_requests_expires_at ON idemdb_requests (expires_at);
+";
+
+/// No trigger on `idemdb_requests`: migration 8's triggers made every update and delete of the
+/// table pay for them, fired or not (PostgreSQL copies the table's triggers, compiles their `WHEN`
+/// and fetches the old row for every statement that could fire them: about a tenth of the
+/// server's time per claim+complete, docs/benchmarks.md, "Issue 45"). The statements that end a
+/// lease now wake its waiters themselves (`statements::wake_waiters!`: the flag is cleared and,
+/// when it was set, `idemdb_wake_waiters` notifies), as do `idemdb_holder` and
+/// `idemdb_end_leases`, replaced here with that `SET`, and the deletes (`forget`, the sweep). A
+/// takeover (`idemdb_claim`) no longer notifies: a lease is taken over only once it was released
+/// (which notified), ran out or expired (its waiters wake at its end by their own clock), and the
+/// flag it leaves set makes the new lease's end notify.
+const WAKE_IN_STATEMENT: &str = concat!(
+    "
+DROP TRIGGER idemdb_requests_woken ON idemdb_requests;
+DROP TRIGGER idemdb_requests_woken_deleted ON idemdb_requests;
+
+CREATE FUNCTION idemdb_wake_waiters(p_ns smallint, p_tenant bytea, p_key bytea) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    PERFORM pg_notify(idemdb_wait_channel(),
+        left(p_ns::text || ':' || encode(p_tenant, 'hex') || ':' || encode(p_key, 'hex'), 7000));
+    RETURN true;
+END
+$fn$;
+
+",
+    holder_fn!(
+        "CREATE OR REPLACE FUNCTION",
+        super::statements::wake_waiters!()
+    ),
+    "
+",
+    end_leases_fn!(
+        "CREATE OR REPLACE FUNCTION",
+        super::statements::wake_waiters!()
+    )
+);
+
+const WAKE_IN_STATEMENT_DOWN: &str = concat!(
+    holder_fn!("CREATE OR REPLACE FUNCTION", ""),
+    "
+",
+    end_leases_fn!("CREATE OR REPLACE FUNCTION", ""),
+    "
+DROP FUNCTION idemdb_wake_waiters(smallint, bytea, bytea);
+
+",
+    woken_triggers!()
+);
 
 /// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1126,6 +1274,16 @@ mod tests {
             8,
             "8048a57b0b148e5441cde248a740b28fd3f596ce3ca6835ede28266f5046d15c",
             "6c0b2fd7faf78f697b8bd347e5469cf9d7cf0c479b756f41bc68ee08fe5cd846",
+        ),
+        (
+            9,
+            "c84401a2ab47f515295ea37cf8ccd55fb6a72229af94c0b87b498bcc7d2e6e1c",
+            "d456cf0690c23f144cbdcf6d30707bf9f157378ea7d8fa2803fd023a84981c1b",
+        ),
+        (
+            10,
+            "1fd838a3454dc70bc7740f421c24e05fd0057ac93f8289c669666107ba05d1c7",
+            "9aa871e16dc14148dbb52f3cc3bbb6177e8744e7b75fc8e3cd753ded8dad881a",
         ),
     ];
 

@@ -52,6 +52,30 @@ macro_rules! flushed_if_off {
     };
 }
 
+/// The end of a `SET` list that ends a lease of the row `q` (a completion, failure or release):
+/// the waiters' flag is cleared, and when it was set their notification is sent
+/// (`idemdb_wake_waiters` of migration 10), from the row as this statement changes it (its
+/// newest version, under its lock), so a mark committed before the change is always seen. A
+/// change PostgreSQL re-evaluates on a newer version (a concurrent update) may notify twice: a
+/// wake is only a reason to claim again. Used by [`COMPLETE`], [`FAIL`], [`RELEASE`],
+/// [`RELEASE_LOST_CLAIM`] and migration 10's `idemdb_holder` and `idemdb_end_leases`; no trigger
+/// runs on the table.
+macro_rules! wake_waiters {
+    () => {
+        ",\n            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) \
+         ELSE false END"
+    };
+}
+pub(crate) use wake_waiters;
+
+/// The condition a `DELETE` of the row `q` adds: always true, and when the row's waiters' flag is
+/// set, their notification is sent ([`FORGET`], [`SWEEP_PAGES`]).
+macro_rules! wake_if_deleted {
+    () => {
+        "(NOT q.waiting OR idemdb_wake_waiters(q.ns, q.tenant, q.key))"
+    };
+}
+
 /// The columns a claim answers with, in the order of the `idemdb_claim` function's `OUT`
 /// parameters (both claim statements answer alike).
 macro_rules! claim_columns {
@@ -297,9 +321,12 @@ pub(crate) const CLAIM: &str = concat!(
 /// row (its fence) when it released. Sent by a caller whose claim may have committed without
 /// its answer reaching it (`lost_claims.rs`; docs/design.md, "Claims whose answer was lost"): no
 /// other lease carries the nonce, so it never releases another caller's.
-pub(crate) const RELEASE_LOST_CLAIM: &str = "UPDATE idemdb_requests q SET state = 1 \
-    WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea \
-    AND q.claim_nonce = $4::bigint AND q.state = 0 RETURNING q.fence";
+pub(crate) const RELEASE_LOST_CLAIM: &str = concat!(
+    "UPDATE idemdb_requests q SET state = 1",
+    wake_waiters!(),
+    " WHERE q.ns = $1::smallint AND q.tenant = $2::bytea AND q.key = $3::bytea \
+    AND q.claim_nonce = $4::bigint AND q.state = 0 RETURNING q.fence"
+);
 
 /// A holder's call as one call of migration 2's `idemdb_holder` function (the unnamed statement
 /// mode, whose statements are planned at every call: the function's are planned once per server
@@ -330,9 +357,8 @@ RETURNING q.lease_until"
 }
 
 /// A holder's call that ends the lease with a stored response in `state` (2 completed, 3 failed):
-/// $6 the response body, $7 its metadata (key, value, key, value...). It clears the row's
-/// `waiting` flag, as [`RELEASE`] does: the trigger that notifies the waiters runs after the
-/// change and cannot (migration 8).
+/// $6 the response body, $7 its metadata (key, value, key, value...). It wakes the waiters, as
+/// [`RELEASE`] does ([`wake_waiters!`]).
 macro_rules! finish {
     ($state:literal) => {
         holder!(
@@ -341,7 +367,8 @@ macro_rules! finish {
             ", finished_at = ",
             now_expr!("$5"),
             ", response_body = $6::bytea, response_meta = $7::text[], \
-             checkpoint_phase = NULL, checkpoint_state = NULL, waiting = false"
+             checkpoint_phase = NULL, checkpoint_state = NULL",
+            wake_waiters!()
         )
     };
 }
@@ -350,7 +377,7 @@ macro_rules! finish {
 pub(crate) const COMPLETE: &str = finish!("2");
 /// As [`COMPLETE`], for a terminal failure.
 pub(crate) const FAIL: &str = finish!("3");
-pub(crate) const RELEASE: &str = holder!("state = 1, waiting = false");
+pub(crate) const RELEASE: &str = holder!("state = 1", wake_waiters!());
 /// $6 the renewal in milliseconds.
 pub(crate) const RENEW: &str = holder!(
     "lease_until = ",
@@ -436,23 +463,72 @@ pub(crate) const GET: &str = concat!(
 WHERE r.ns = $1 AND r.tenant = $2 AND r.key = $3 AND r.expires_at > now.t"
 );
 
-/// $1 ns, $2 tenant, $3 key.
-pub(crate) const FORGET: &str =
-    "DELETE FROM idemdb_requests WHERE ns = $1 AND tenant = $2 AND key = $3";
+/// $1 ns, $2 tenant, $3 key (a pending row's waiters are woken: [`wake_if_deleted!`]).
+pub(crate) const FORGET: &str = concat!(
+    "DELETE FROM idemdb_requests q WHERE q.ns = $1 AND q.tenant = $2 AND q.key = $3 AND ",
+    wake_if_deleted!()
+);
 
-/// $1 batch size, $2 test clock: deletes up to $1 expired rows, oldest expiry first, skipping
-/// rows locked by others (no long locks, no waiting on a claim in flight).
-pub(crate) const SWEEP: &str = concat!(
-    now_cte!("$2"),
-    ", doomed AS (
-    SELECT r.ns, r.tenant, r.key FROM idemdb_requests r, now
-    WHERE r.expires_at <= now.t
-    ORDER BY r.expires_at
-    LIMIT $1
+/// The number of pages of `idemdb_requests` now (its size over the server's block size).
+macro_rules! table_pages {
+    () => {
+        "(SELECT pg_relation_size('idemdb_requests') / current_setting('block_size')::bigint)"
+    };
+}
+
+/// $1 test clock: the sweep's shared cursor (migration 9): the first page of the next range to
+/// sweep, how many laps the walk completed, the milliseconds since the last one ended, and the
+/// table's pages now.
+pub(crate) const SWEEP_CURSOR: &str = concat!(
+    "SELECT s.next_page, s.laps, ",
+    now_expr!("$1"),
+    " - s.lap_ended_at, ",
+    table_pages!(),
+    " FROM idemdb_sweep s"
+);
+
+/// $1 the range's first page, $2 its number of pages, $3 batch size, $4 test clock: deletes up
+/// to $3 expired rows on those pages of `idemdb_requests` (a TID range scan: no index decides
+/// which rows expired), skipping rows locked by others (no long locks, no waiting on a claim in
+/// flight); a deleted row's waiters are woken ([`wake_if_deleted!`]).
+pub(crate) const SWEEP_PAGES: &str = concat!(
+    "WITH doomed AS (
+    SELECT r.ctid FROM idemdb_requests r
+    WHERE r.ctid >= ('(' || $1::bigint || ',0)')::tid
+      AND r.ctid < ('(' || LEAST($1::bigint + $2::bigint, 4294967295) || ',0)')::tid
+      AND r.expires_at <= ",
+    now_expr!("$4"),
+    "
+    LIMIT $3
     FOR UPDATE OF r SKIP LOCKED
 )
-DELETE FROM idemdb_requests r USING doomed d
-WHERE r.ns = d.ns AND r.tenant = d.tenant AND r.key = d.key"
+DELETE FROM idemdb_requests q USING doomed d WHERE q.ctid = d.ctid AND ",
+    wake_if_deleted!()
+);
+
+/// $1 a range's first page, $2 its end, $3 test clock: moves the shared cursor past a swept range,
+/// if it still points at the range's start (another instance may have moved it meanwhile); past
+/// the table's last page it comes round to page 0, one more lap, ended now. The cursor as it is
+/// afterwards, in [`SWEEP_CURSOR`]'s columns.
+pub(crate) const SWEEP_ADVANCE: &str = concat!(
+    "WITH p AS (SELECT ",
+    table_pages!(),
+    " AS pages), u AS (
+    UPDATE idemdb_sweep s SET
+        next_page = CASE WHEN $2::bigint >= p.pages THEN 0 ELSE $2::bigint END,
+        laps = s.laps + CASE WHEN $2::bigint >= p.pages THEN 1 ELSE 0 END,
+        lap_ended_at = CASE WHEN $2::bigint >= p.pages THEN ",
+    now_expr!("$3"),
+    " ELSE s.lap_ended_at END
+    FROM p WHERE s.next_page = $1::bigint
+    RETURNING s.next_page, s.laps, ",
+    now_expr!("$3"),
+    " - s.lap_ended_at AS since, p.pages)
+SELECT * FROM u
+UNION ALL
+SELECT s.next_page, s.laps, ",
+    now_expr!("$3"),
+    " - s.lap_ended_at, p.pages FROM idemdb_sweep s, p WHERE NOT EXISTS (SELECT 1 FROM u)"
 );
 
 /// $1 tenant, $2 id: an entity's newest row (a `NULL` value is a tombstone).

@@ -3,9 +3,11 @@
 //! Invariants: a row is deleted only once it expired by the database's clock (a request or
 //! message row) or can never be live again (a reservation no lease can renew, an entity
 //! placeholder of version 0); a batch skips rows another transaction holds (`SKIP LOCKED`), so
-//! sweeps of several instances never wait for each other or for a claim in flight; the sweeper
-//! holds the store only while it sweeps (weak handles otherwise), so it ends when the last
-//! handle is dropped.
+//! sweeps of several instances never wait for each other or for a claim in flight; no index
+//! decides which request rows expired (migration 9): the sweep reads the table's pages range by
+//! range from a cursor every instance shares, and a range is passed only once no expired row it
+//! could delete is left on it; the sweeper holds the store only while it sweeps (weak handles
+//! otherwise), so it ends when the last handle is dropped.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -35,16 +37,24 @@ async fn sweep_counted(pg: &PgStore, metrics: &Metrics, limit: usize) -> Result<
     op.end_with(r, |_| "swept")
 }
 
-/// The sweeper: every `every`, batches of expired rows are deleted until a batch comes back
-/// short; it ends when the last handle of the store is dropped. A failed batch (database
-/// unavailable) waits for the next tick. Instances that sweep at the same moment skip each
-/// other's rows (`SKIP LOCKED`).
+/// Pages of `idemdb_requests` one statement of the sweep reads: 8 MiB at PostgreSQL's default
+/// block size.
+const RANGE_PAGES: i64 = 1_024;
+
+/// Rows one statement of the sweep deletes at most.
+const BATCH: usize = 1_000;
+
+/// The sweeper: every `every`, a lap of the walk over the request table when one is due (the
+/// last one, by any instance, ended at least half an interval ago, or one is under way), its
+/// ranges spread over half an interval (a steady load rather than a burst), then
+/// batches of reservations and placeholders until one comes back short; it ends when the last
+/// handle of the store is dropped. A failed statement (database unavailable) waits for the next
+/// tick, and the lap goes on from the shared cursor.
 pub(super) async fn sweep_in_background(
     pg: Weak<PgStore>,
     metrics: Weak<Metrics>,
     every: Duration,
 ) {
-    const BATCH: usize = 1_000;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick is immediate: sweep one interval after opening
@@ -53,23 +63,142 @@ pub(super) async fn sweep_in_background(
         let (Some(pg), Some(metrics)) = (pg.upgrade(), metrics.upgrade()) else {
             return;
         };
-        while let Ok(BATCH) = sweep_counted(&pg, &metrics, BATCH).await {}
+        let op = Op::unkeyed(OpKind::Sweep);
+        let r = pg.sweep_lap(every).await;
+        if let Ok(n) = &r {
+            metrics.swept.add(*n as u64);
+            op.count(*n as u64);
+        }
+        let _ = op.end_with(r, |_| "swept");
     }
 }
 
+/// The sweep's shared cursor, as [`statements::SWEEP_CURSOR`] answers it.
+struct Cursor {
+    next_page: i64,
+    laps: i64,
+    /// Milliseconds since the last lap ended.
+    since_ms: i64,
+    /// The table's pages when it was read.
+    pages: i64,
+}
+
+/// How far a walk goes.
+#[derive(Clone, Copy)]
+enum Walk {
+    /// Round the whole table once, from wherever the cursor is.
+    Circle,
+    /// Until the cursor comes round to page 0 (by this instance or another).
+    LapEnd,
+}
+
 impl PgStore {
-    /// Deletes up to `limit` expired rows, oldest expiry first, skipping rows another
-    /// transaction holds; how many were deleted.
+    /// Deletes up to `limit` expired rows, walking the table once round from the shared cursor
+    /// (fewer than `limit`: none that this walk could delete was left), then up to `limit`
+    /// reservations and placeholders that can never be live again; how many were deleted.
     pub(crate) async fn sweep(&self, limit: usize) -> Result<usize> {
+        let n = self.walk(limit, Walk::Circle, Duration::ZERO).await?;
+        Ok(n + self.sweep_leftovers(limit).await?)
+    }
+
+    /// The sweeper's pass (see [`sweep_in_background`]).
+    async fn sweep_lap(&self, every: Duration) -> Result<usize> {
+        let c = self.cursor().await?;
+        let half = i64::try_from(every.as_millis() / 2).unwrap_or(i64::MAX);
+        let mut n = 0;
+        if c.next_page > 0 || c.since_ms >= half {
+            // Spread over half an interval: one range every `every / 2 / ranges`.
+            let ranges = u32::try_from((c.pages / RANGE_PAGES).max(1)).unwrap_or(u32::MAX);
+            let pace = every / 2 / ranges;
+            n += self.walk(usize::MAX, Walk::LapEnd, pace).await?;
+        }
+        loop {
+            let k = self.sweep_leftovers(BATCH).await?;
+            n += k;
+            if k < BATCH {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Up to `limit` reservations whose lease can never be live again, and as many version-0
+    /// entity placeholders.
+    async fn sweep_leftovers(&self, limit: usize) -> Result<usize> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let now = self.now_param();
-        let n = self.execute(statements::SWEEP, &[&limit, &now]).await?
-            + self
-                .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
-                .await?
+        let n = self
+            .execute(statements::SWEEP_RESERVATIONS, &[&limit, &now])
+            .await?
             + self
                 .execute(statements::SWEEP_PLACEHOLDERS, &[&limit])
                 .await?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
+
+    /// Deletes expired request rows range by range from the shared cursor, until `limit` were
+    /// deleted or the walk ends, waiting `pace` after each range; a range that may hold more
+    /// than a batch is swept again before the cursor moves past it.
+    async fn walk(&self, limit: usize, walk: Walk, pace: Duration) -> Result<usize> {
+        let now = self.now_param();
+        let mut c = self.cursor().await?;
+        let (laps, pages) = (c.laps, c.pages);
+        let (mut walked, mut deleted) = (0_i64, 0_usize);
+        while deleted < limit {
+            let done = match walk {
+                Walk::Circle => walked >= pages,
+                Walk::LapEnd => c.laps != laps,
+            };
+            if done {
+                break;
+            }
+            let first = c.next_page;
+            let want = (limit - deleted).min(BATCH);
+            if first < c.pages {
+                let batch = i64::try_from(want).unwrap_or(i64::MAX);
+                let n = self
+                    .execute(
+                        statements::SWEEP_PAGES,
+                        &[&first, &RANGE_PAGES, &batch, &now],
+                    )
+                    .await?;
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                deleted += n;
+                if n >= want {
+                    continue;
+                }
+            }
+            let end = first.saturating_add(RANGE_PAGES);
+            // The table's pages this range covered (none past its end).
+            walked += (c.pages.min(end) - first).max(0);
+            let row = self
+                .query(statements::SWEEP_ADVANCE, &[&first, &end, &now])
+                .await?;
+            c = cursor_of(row)?;
+            if !pace.is_zero() {
+                tokio::time::sleep(pace).await;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The shared cursor, read.
+    async fn cursor(&self) -> Result<Cursor> {
+        let row = self
+            .query(statements::SWEEP_CURSOR, &[&self.now_param()])
+            .await?;
+        cursor_of(row)
+    }
+}
+
+/// The cursor's columns, from [`statements::SWEEP_CURSOR`] or [`statements::SWEEP_ADVANCE`].
+fn cursor_of(row: Option<tokio_postgres::Row>) -> Result<Cursor> {
+    let bad = |why: String| crate::error::corrupted("the sweep's cursor (idemdb_sweep)", why);
+    let row = row.ok_or_else(|| bad("its row is missing".into()))?;
+    let col = |i: usize| row.try_get::<_, i64>(i).map_err(|e| bad(e.to_string()));
+    Ok(Cursor {
+        next_page: col(0)?,
+        laps: col(1)?,
+        since_ms: col(2)?,
+        pages: col(3)?,
+    })
 }

@@ -2,7 +2,8 @@
 //! waits for its end, woken by `LISTEN/NOTIFY` (migration 6). Invariants:
 //! - a waiter registers its key with this process's listener, and the listener is listening,
 //!   before its mark ([`statements::MARK_WAITING`]) commits; every change that ends the marked
-//!   lease afterwards notifies (the trigger sees the flag under the row's lock), so the
+//!   lease afterwards notifies (it sees the flag on the row it changes, under the row's lock:
+//!   `statements::wake_waiters!`), so the
 //!   notification reaches it;
 //! - a notification, a reconnection of the listener (notifications may have been lost while it
 //!   was away) and the listener's loss all wake the waiters concerned: a wake is only a reason
@@ -302,8 +303,8 @@ async fn open(s: &Shared) -> Result<(tokio_postgres::Client, mpsc::UnboundedRece
     Ok((client, rx))
 }
 
-/// The payload the trigger sends for a key: its namespace, tenant and key in hex, cut as the
-/// trigger cuts it.
+/// The payload `idemdb_wake_waiters` (migration 10) sends for a key: its namespace, tenant and
+/// key in hex, cut as it cuts it.
 fn payload(ns: Namespace, tenant: &[u8], key: &[u8]) -> String {
     use std::fmt::Write;
     let mut p = String::with_capacity(8 + 2 * (tenant.len() + key.len()));
@@ -366,7 +367,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payload_names_the_key_as_the_trigger_does() {
+    fn payload_names_the_key_as_the_database_does() {
         assert_eq!(payload(Namespace::Requests, b"t\x01", b"K"), "0:7401:4b");
         let long = payload(Namespace::Requests, &[0xab; 4000], b"k");
         assert_eq!(long.len(), PAYLOAD_MAX);

@@ -33,7 +33,7 @@ async fn postgres() {
     assert!(ok && out.contains("not applied"), "{out}");
     let (ok, out) = idemdb(&["migrate", "--postgres", &url]);
     assert!(
-        ok && out.contains("ran schema steps [1, 2, 3, 4, 5, 6, 7, 8]"),
+        ok && out.contains("ran schema steps [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"),
         "{out}"
     );
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--status"]);
@@ -126,7 +126,7 @@ async fn postgres() {
 
     let (ok, out) = idemdb(&["migrate", "--postgres", &url, "--to", "0"]);
     assert!(
-        ok && out.contains("ran schema steps [8, 7, 6, 5, 4, 3, 2, 1]"),
+        ok && out.contains("ran schema steps [10, 9, 8, 7, 6, 5, 4, 3, 2, 1]"),
         "{out}"
     );
     let (ok, out) = idemdb(&["inspect", "--postgres", &url, "acme", "k1"]);

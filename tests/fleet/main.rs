@@ -1,7 +1,7 @@
 //! Fleet mode's own behaviours: what only a store on PostgreSQL has, so no embedded twin runs
 //! beside it (the conformance suite, `tests/conformance/`, holds every behaviour both backends
 //! have): the schema's migrations up and down, the SQL that restates the claim and holder rules,
-//! the background sweeper, the local replay tier, instance clocks skewed against the database's,
+//! the background sweeper and the sweep's walk over the table's pages, the local replay tier, instance clocks skewed against the database's,
 //! a lost listening connection, connections terminated under load, the HTTP layer while the
 //! database is away, and the `idemdb` operator commands on a schema. Each test is named
 //! `<module>::postgres` and runs in its own schema on the conformance suite's server
@@ -27,4 +27,5 @@ mod replays_are_served_from_the_local_tier;
 mod schema_migrates_up_and_down;
 mod skewed_instance_clocks_change_nothing;
 mod the_claim_and_holder_rules_are_the_sql_s;
+mod the_sweep_walks_every_page_from_a_shared_cursor;
 mod waiting_claims_survive_a_lost_listening_connection;

@@ -6,7 +6,8 @@
 //! cargo run --release -p idemdb-peers --bin fleet -- [--keys 3000] [--tasks 1,4,16] [--rounds 6]
 //!     [--only pg,pg-flushed,pg-coalesce,pg-tier,recipe,recipe-select,redis,embedded,dbos]
 //!     [--idemdb-options sslmode=disable]
-//!     [--coalesce-in-flight N] [--pin SERVER_CORES:HARNESS_CORES] [--smoke]
+//!     [--coalesce-in-flight N] [--pin SERVER_CORES:HARNESS_CORES] [--prefill N] [--expiring R]
+//!     [--sweep-every S] [--smoke]
 //! ```
 //!
 //! Workload per system and task count: N fresh keys split over the tasks, each a *claim* then a
@@ -67,8 +68,11 @@ struct Settings {
     /// measured rounds (the scale run), filled by one `INSERT ... SELECT` per table.
     prefill: u64,
     /// `--expiring R`: besides, rows that expire at R a second from the fill on, for 10
-    /// minutes, and idemdb's stores sweep every second (the sweeper's load during the run).
+    /// minutes, and idemdb's stores run their sweeper (the sweeper's load during the run).
     expiring: u64,
+    /// `--sweep-every S`: the sweeper's interval in seconds with `--expiring` (default 1; the
+    /// library's default is 60).
+    sweep_every: u64,
     /// `--pin SERVER:HARNESS`: PostgreSQL on the first cores, this process on the second
     /// (`pin.rs`); `None`: wherever the scheduler puts them.
     pin: Option<String>,
@@ -84,6 +88,7 @@ fn parse_args() -> R<Settings> {
         in_flight: None,
         prefill: 0,
         expiring: 0,
+        sweep_every: 1,
         pin: None,
     };
     let mut args = std::env::args().skip(1);
@@ -135,6 +140,11 @@ fn parse_args() -> R<Settings> {
             "--prefill" => s.prefill = value()?.parse().map_err(|e| format!("--prefill: {e}"))?,
             "--expiring" => {
                 s.expiring = value()?.parse().map_err(|e| format!("--expiring: {e}"))?
+            }
+            "--sweep-every" => {
+                s.sweep_every = value()?
+                    .parse()
+                    .map_err(|e| format!("--sweep-every: {e}"))?
             }
             "--pin" => s.pin = Some(value()?),
             "--smoke" => {
@@ -882,7 +892,7 @@ async fn main_async(s: Settings) -> R<()> {
                 s.idem_opts
             ))
             .pool_size(conns)
-            .sweep_interval((s.expiring > 0).then_some(Duration::from_secs(1)));
+            .sweep_interval((s.expiring > 0).then_some(Duration::from_secs(s.sweep_every)));
             let cfg = match s.in_flight {
                 Some(n) => tune(cfg).coalesce_in_flight(n),
                 None => tune(cfg),
