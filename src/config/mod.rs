@@ -176,8 +176,12 @@ impl<B> Config<B> {
 
     /// How often a background thread sweeps expired records, or `None` for never (call
     /// [`Store::sweep`](crate::Store::sweep) yourself). Default: every 60 s. On PostgreSQL it is a task on the tokio
-    /// runtime that opened the store, deleting batches of 1,000 expired rows until fewer are
-    /// left, until the last handle of the store is dropped.
+    /// runtime that opened the store, until the last handle of the store is dropped: no index
+    /// orders the rows by expiry, so a sweep reads the whole request table once (a lap, spread
+    /// over half the interval, shared by every instance: a fleet reads the table about once per
+    /// interval), deleting the expired rows it passes. The interval is thus how often the table
+    /// is read, and how long past its expiry a row may stay (it reads as absent meanwhile):
+    /// docs/operating.md, "Table size and vacuum", says what a lap costs.
     #[must_use]
     pub fn sweep_interval(mut self, d: Option<Duration>) -> Self {
         self.common.sweep_interval = d;

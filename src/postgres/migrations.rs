@@ -1088,13 +1088,16 @@ CREATE TRIGGER idemdb_requests_wake_deleted BEFORE DELETE ON idemdb_requests FOR
 ";
 
 /// The sweep without a per-row index entry (`sweep.rs`). Migration 1's B-tree on `expires_at`
-/// cost every claim an index entry (64 bytes of WAL, and about a tenth of the server's time per
-/// claim+complete, docs/benchmarks.md, "Issue 45"), and every completion that was not a HOT update
-/// a second one, for a sweep that runs once a minute. The sweep now reads the table's pages in
+/// cost every claim an index entry (64 bytes of WAL, and server time: with migration 10's
+/// trigger, 4 to 7 % of the server's CPU per claim+complete, docs/benchmarks.md, "Issue 45, second
+/// step"), and every completion that was not a HOT update a second one, for a sweep that runs
+/// once a minute. The sweep now reads the table's pages in
 /// ranges (a TID range scan, PostgreSQL 14 and newer), from a cursor that every instance shares:
 /// `next_page` the first page of the next range, `laps` how many times the walk came round,
-/// `lap_ended_at` when it last did (database milliseconds). Instances that sweep at once take
-/// successive ranges, so a fleet reads the table about once per lap, not once per instance.
+/// `lap_ended_at` when it last did and `moved_at` when the cursor last moved (database
+/// milliseconds). Instances that sweep at once take successive ranges, and a sweeper does not
+/// join a lap another one is walking (its cursor moved lately), so a fleet reads the table about
+/// once per lap, not once per instance.
 /// A server older than 14 (no TID range scan: each range would read the whole table) is refused
 /// with `feature_not_supported`.
 const SWEEP_WALK: &str = "
@@ -1112,9 +1115,10 @@ CREATE TABLE idemdb_sweep (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     next_page bigint NOT NULL,
     laps bigint NOT NULL,
-    lap_ended_at bigint NOT NULL
+    lap_ended_at bigint NOT NULL,
+    moved_at bigint NOT NULL
 );
-INSERT INTO idemdb_sweep (next_page, laps, lap_ended_at) VALUES (0, 0, 0);
+INSERT INTO idemdb_sweep (next_page, laps, lap_ended_at, moved_at) VALUES (0, 0, 0, 0);
 ";
 
 const SWEEP_WALK_DOWN: &str = "
@@ -1124,8 +1128,8 @@ CREATE INDEX idemdb_requests_expires_at ON idemdb_requests (expires_at);
 
 /// No trigger on `idemdb_requests`: migration 8's triggers made every update and delete of the
 /// table pay for them, fired or not (PostgreSQL copies the table's triggers, compiles their `WHEN`
-/// and fetches the old row for every statement that could fire them: about a tenth of the
-/// server's time per claim+complete, docs/benchmarks.md, "Issue 45"). The statements that end a
+/// and fetches the old row for every statement that could fire them: with migration 9's index,
+/// 4 to 7 % of the server's CPU per claim+complete, docs/benchmarks.md, "Issue 45, second step"). The statements that end a
 /// lease now wake its waiters themselves (`statements::wake_waiters!`: the flag is cleared and,
 /// when it was set, `idemdb_wake_waiters` notifies), as do `idemdb_holder` and
 /// `idemdb_end_leases`, replaced here with that `SET`, and the deletes (`forget`, the sweep). A
@@ -1277,7 +1281,7 @@ mod tests {
         ),
         (
             9,
-            "c84401a2ab47f515295ea37cf8ccd55fb6a72229af94c0b87b498bcc7d2e6e1c",
+            "38b718c01008afb2162f762b73b02cc620360cc37b86f3f82b87f41e1be30b22",
             "d456cf0690c23f144cbdcf6d30707bf9f157378ea7d8fa2803fd023a84981c1b",
         ),
         (

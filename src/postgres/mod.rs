@@ -89,6 +89,7 @@ impl Postgres {
                 Arc::downgrade(&sql),
                 Arc::downgrade(&metrics),
                 every,
+                settings.sweep_pages_per_second,
             ));
         }
         let tier = (settings.tier_bytes > 0).then(|| {

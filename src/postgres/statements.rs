@@ -477,14 +477,16 @@ macro_rules! table_pages {
 }
 
 /// $1 test clock: the sweep's shared cursor (migration 9): the first page of the next range to
-/// sweep, how many laps the walk completed, the milliseconds since the last one ended, and the
-/// table's pages now.
+/// sweep, how many laps the walk completed, the milliseconds since the last one ended, the
+/// table's pages now, and the milliseconds since the cursor last moved.
 pub(crate) const SWEEP_CURSOR: &str = concat!(
     "SELECT s.next_page, s.laps, ",
     now_expr!("$1"),
     " - s.lap_ended_at, ",
     table_pages!(),
-    " FROM idemdb_sweep s"
+    ", ",
+    now_expr!("$1"),
+    " - s.moved_at FROM idemdb_sweep s"
 );
 
 /// $1 the range's first page, $2 its number of pages, $3 batch size, $4 test clock: deletes up
@@ -519,16 +521,21 @@ pub(crate) const SWEEP_ADVANCE: &str = concat!(
         laps = s.laps + CASE WHEN $2::bigint >= p.pages THEN 1 ELSE 0 END,
         lap_ended_at = CASE WHEN $2::bigint >= p.pages THEN ",
     now_expr!("$3"),
-    " ELSE s.lap_ended_at END
+    " ELSE s.lap_ended_at END,
+        moved_at = ",
+    now_expr!("$3"),
+    "
     FROM p WHERE s.next_page = $1::bigint
     RETURNING s.next_page, s.laps, ",
     now_expr!("$3"),
-    " - s.lap_ended_at AS since, p.pages)
+    " - s.lap_ended_at AS since, p.pages, 0::bigint AS moved)
 SELECT * FROM u
 UNION ALL
 SELECT s.next_page, s.laps, ",
     now_expr!("$3"),
-    " - s.lap_ended_at, p.pages FROM idemdb_sweep s, p WHERE NOT EXISTS (SELECT 1 FROM u)"
+    " - s.lap_ended_at, p.pages, ",
+    now_expr!("$3"),
+    " - s.moved_at FROM idemdb_sweep s, p WHERE NOT EXISTS (SELECT 1 FROM u)"
 );
 
 /// $1 tenant, $2 id: an entity's newest row (a `NULL` value is a tombstone).

@@ -44,16 +44,19 @@ const RANGE_PAGES: i64 = 1_024;
 /// Rows one statement of the sweep deletes at most.
 const BATCH: usize = 1_000;
 
-/// The sweeper: every `every`, a lap of the walk over the request table when one is due (the
-/// last one, by any instance, ended at least half an interval ago, or one is under way), its
-/// ranges spread over half an interval (a steady load rather than a burst), then
+/// The sweeper: every `every`, a lap of the walk over the request table when one is due, then
 /// batches of reservations and placeholders until one comes back short; it ends when the last
-/// handle of the store is dropped. A failed statement (database unavailable) waits for the next
-/// tick, and the lap goes on from the shared cursor.
+/// handle of the store is dropped. A lap is due when none is under way and the last one (by any
+/// instance) ended at least half an interval ago, or when the one under way stopped moving (its
+/// walker gone: [`stalled`]); a lap another instance is walking is left to it. Its ranges are
+/// spread over half an interval, never faster than `pages_per_second` (a steady load rather
+/// than a burst). A failed statement (database unavailable) ends the pass; the lap goes on from
+/// the shared cursor.
 pub(super) async fn sweep_in_background(
     pg: Weak<PgStore>,
     metrics: Weak<Metrics>,
     every: Duration,
+    pages_per_second: u32,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -64,13 +67,30 @@ pub(super) async fn sweep_in_background(
             return;
         };
         let op = Op::unkeyed(OpKind::Sweep);
-        let r = pg.sweep_lap(every).await;
+        let r = pg.sweep_lap(every, pages_per_second).await;
         if let Ok(n) = &r {
             metrics.swept.add(*n as u64);
             op.count(*n as u64);
         }
         let _ = op.end_with(r, |_| "swept");
     }
+}
+
+/// The wait after each range of a lap: the lap spread over half of `every`, but no faster than
+/// `pages_per_second`.
+fn pace(every: Duration, pages: i64, pages_per_second: u32) -> Duration {
+    let ranges = u32::try_from((pages / RANGE_PAGES).max(1)).unwrap_or(u32::MAX);
+    let spread = every / 2 / ranges;
+    let floor = Duration::from_secs_f64(RANGE_PAGES as f64 / f64::from(pages_per_second.max(1)));
+    spread.max(floor)
+}
+
+/// Whether a lap under way stopped moving: its cursor has not moved for ten of its ranges' waits
+/// and at least a minute (a walker that crashed or lost the database), so another sweeper takes
+/// it over.
+fn stalled(moved_ms: i64, pace: Duration) -> bool {
+    let bound = (pace * 10).max(Duration::from_secs(60));
+    moved_ms >= i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The sweep's shared cursor, as [`statements::SWEEP_CURSOR`] answers it.
@@ -81,6 +101,8 @@ struct Cursor {
     since_ms: i64,
     /// The table's pages when it was read.
     pages: i64,
+    /// Milliseconds since the cursor last moved.
+    moved_ms: i64,
 }
 
 /// How far a walk goes.
@@ -102,14 +124,17 @@ impl PgStore {
     }
 
     /// The sweeper's pass (see [`sweep_in_background`]).
-    async fn sweep_lap(&self, every: Duration) -> Result<usize> {
+    async fn sweep_lap(&self, every: Duration, pages_per_second: u32) -> Result<usize> {
         let c = self.cursor().await?;
         let half = i64::try_from(every.as_millis() / 2).unwrap_or(i64::MAX);
+        let pace = pace(every, c.pages, pages_per_second);
+        let due = if c.next_page == 0 {
+            c.since_ms >= half
+        } else {
+            stalled(c.moved_ms, pace)
+        };
         let mut n = 0;
-        if c.next_page > 0 || c.since_ms >= half {
-            // Spread over half an interval: one range every `every / 2 / ranges`.
-            let ranges = u32::try_from((c.pages / RANGE_PAGES).max(1)).unwrap_or(u32::MAX);
-            let pace = every / 2 / ranges;
+        if due {
             n += self.walk(usize::MAX, Walk::LapEnd, pace).await?;
         }
         loop {
@@ -200,5 +225,33 @@ fn cursor_of(row: Option<tokio_postgres::Row>) -> Result<Cursor> {
         laps: col(1)?,
         since_ms: col(2)?,
         pages: col(3)?,
+        moved_ms: col(4)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{pace, stalled};
+
+    #[test]
+    fn a_lap_is_spread_over_half_an_interval_but_never_faster_than_the_rate() {
+        let minute = Duration::from_secs(60);
+        // 10 ranges: 3 s each spreads the lap over 30 s (slower than 1,000 pages a second).
+        assert_eq!(pace(minute, 10 * 1_024, 1_000), Duration::from_secs(3));
+        // 619,006 pages (11.2 million rows): the rate decides, 1.024 s a range (about 10 minutes).
+        assert_eq!(pace(minute, 619_006, 1_000), Duration::from_millis(1_024));
+        // An empty or one-range table: one range, half an interval.
+        assert_eq!(pace(minute, 0, 1_000), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_lap_whose_cursor_stopped_for_a_minute_is_taken_over() {
+        let pace = Duration::from_millis(1_024);
+        assert!(!stalled(59_999, pace));
+        assert!(stalled(60_000, pace));
+        assert!(!stalled(299_999, Duration::from_secs(30)));
+        assert!(stalled(300_000, Duration::from_secs(30)));
+    }
 }
