@@ -1,7 +1,8 @@
 //! Fleet mode's own behaviours: what only a store on PostgreSQL has, so no embedded twin runs
 //! beside it (the conformance suite, `tests/conformance/`, holds every behaviour both backends
 //! have): the schema's migrations up and down, the SQL that restates the claim and holder rules,
-//! the background sweeper and the sweep's walk over the table's pages, the local replay tier, instance clocks skewed against the database's,
+//! the background sweeper, the sweep's walk over the table's pages and a lap left by a lost
+//! sweeper, the local replay tier, instance clocks skewed against the database's,
 //! a lost listening connection, connections terminated under load, the HTTP layer while the
 //! database is away, and the `idemdb` operator commands on a schema. Each test is named
 //! `<module>::postgres` and runs in its own schema on the conformance suite's server
@@ -19,6 +20,7 @@ mod harness;
 #[path = "../common/http.rs"]
 mod http_common;
 
+mod a_sweep_lap_left_by_a_lost_sweeper_is_taken_over;
 mod cli_reaches_a_postgres_store;
 mod database_faults_never_run_an_effect_twice;
 mod expired_rows_are_swept_in_the_background;
