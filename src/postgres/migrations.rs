@@ -449,118 +449,6 @@ END
 $fn$;
 ";
 
-/// The text of `idemdb_holder` (see [`FUNCTIONS`]): `$create` is `CREATE FUNCTION` (migration 2)
-/// or `CREATE OR REPLACE FUNCTION`, and `$ends` follows the `SET` list of each change that ends
-/// the lease (complete, fail, release): empty in migration 2, [`wake_waiters!`] since migration 10.
-macro_rules! holder_fn {
-    ($create:literal, $ends:expr) => {
-        concat!(
-            $create,
-            " ",
-            "idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
-    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
-    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
-LANGUAGE plpgsql VOLATILE AS $fn$
-#variable_conflict use_column
-DECLARE
-    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-BEGIN
-    IF p_op = 1 THEN
-        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
-            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL",
-            $ends,
-            "
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 2 THEN
-        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
-            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL",
-            $ends,
-            "
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 3 THEN
-        UPDATE idemdb_requests q SET state = 1",
-            $ends,
-            "
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 4 THEN
-        UPDATE idemdb_requests q SET lease_until = t + p_ms,
-            expires_at = GREATEST(q.expires_at, t + p_ms)
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    ELSIF p_op = 5 THEN
-        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
-        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
-          AND q.state = 0 AND q.expires_at > t
-        RETURNING q.lease_until INTO done_until;
-    END IF;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
-    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
-END
-$fn$;
-",
-        )
-    };
-}
-
-/// The text of `idemdb_end_leases` (see [`END_LEASES`]), as [`holder_fn!`] for `idemdb_holder`.
-macro_rules! end_leases_fn {
-    ($create:literal, $ends:expr) => {
-        concat!(
-        $create,
-        " ",
-        "idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
-    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
-    p_to integer[], p_now bigint)
-RETURNS TABLE (ord integer, lease_until bigint)
-LANGUAGE plpgsql VOLATILE AS $fn$
-#variable_conflict use_column
-DECLARE
-    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
-    j integer;
-    done bigint;
-BEGIN
-    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
-        done := NULL;
-        IF p_state[j] = 1 THEN
-            UPDATE idemdb_requests q SET state = 1",
-        $ends,
-        "
-            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
-              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
-            RETURNING q.lease_until INTO done;
-        ELSIF p_state[j] IN (2, 3) THEN
-            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
-                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
-                checkpoint_phase = NULL, checkpoint_state = NULL",
-        $ends,
-        "
-            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
-              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
-            RETURNING q.lease_until INTO done;
-        END IF;
-        IF done IS NOT NULL THEN
-            ord := j;
-            lease_until := done;
-            RETURN NEXT;
-        END IF;
-    END LOOP;
-END
-$fn$;
-",
-        )
-    };
-}
-
 /// The claim, as a function the claim statement calls (one round trip): the key's row is read
 /// first; a row that is live and not acquirable (another fingerprint, finished, or a live lease)
 /// is the answer, read without a lock or a write; otherwise a missing row is inserted (`ON
@@ -576,8 +464,7 @@ $fn$;
 /// 5 checkpoint): one `UPDATE ... WHERE fence = p_fence AND state = pending AND not expired`;
 /// `done_until` is the lease's end when it applied; when it changed nothing, the row is read to
 /// say why (its state, its fence, whether it expired; all `NULL` if there is none).
-const FUNCTIONS: &str = concat!(
-    "
+const FUNCTIONS: &str = "
 CREATE FUNCTION idemdb_claim(p_ns smallint, p_tenant bytea, p_key bytea, p_fp bytea,
     p_lease bigint, p_retention bigint, p_now bigint,
     OUT acquired boolean, OUT fence bigint, OUT attempts integer, OUT taken_over boolean,
@@ -651,9 +538,51 @@ BEGIN
 END
 $fn$;
 
-",
-    holder_fn!("CREATE FUNCTION", "")
-);
+CREATE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
+    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+BEGIN
+    IF p_op = 1 THEN
+        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 2 THEN
+        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 3 THEN
+        UPDATE idemdb_requests q SET state = 1
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 4 THEN
+        UPDATE idemdb_requests q SET lease_until = t + p_ms,
+            expires_at = GREATEST(q.expires_at, t + p_ms)
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 5 THEN
+        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    END IF;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
+    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
+END
+$fn$;
+";
 
 /// `idemdb_end_leases` ends many leases in one call (coalesced completions, terminal failures and
 /// releases, `group_commit.rs`): element `j` of the arrays is one call (`p_state[j]` 1 released, 2
@@ -664,11 +593,42 @@ $fn$;
 /// plan PL/pgSQL caches once per server connection: a single `UPDATE ... FROM unnest(...)` had
 /// no shape whose cached plan stays a probe as the table grows, and planning it at every call cost
 /// about as much as running it (docs/benchmarks.md, "Coalesced statements").
-const END_LEASES: &str = concat!(
-    "
-",
-    end_leases_fn!("CREATE FUNCTION", "")
-);
+const END_LEASES: &str = "
+CREATE FUNCTION idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
+    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
+    p_to integer[], p_now bigint)
+RETURNS TABLE (ord integer, lease_until bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
+    j integer;
+    done bigint;
+BEGIN
+    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
+        done := NULL;
+        IF p_state[j] = 1 THEN
+            UPDATE idemdb_requests q SET state = 1
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        ELSIF p_state[j] IN (2, 3) THEN
+            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
+                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
+                checkpoint_phase = NULL, checkpoint_state = NULL
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        END IF;
+        IF done IS NOT NULL THEN
+            ord := j;
+            lease_until := done;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+";
 
 /// The schema version this build reads and writes.
 pub(crate) fn current_version() -> i32 {
@@ -1027,21 +987,6 @@ $fn$;
     ALTER TABLE idemdb_requests DROP COLUMN claim_nonce;
     ";
 
-/// Migration 8's triggers, which wake the waiters after a change that ends a waited-for lease
-/// (created by migration 8, dropped by migration 10, created again by its `down`).
-macro_rules! woken_triggers {
-    () => {
-        "CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
-    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
-    EXECUTE FUNCTION idemdb_wake_after();
-
-CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
-    WHEN (OLD.waiting)
-    EXECUTE FUNCTION idemdb_wake_after();
-"
-    };
-}
-
 /// Waiters woken by `AFTER` triggers. The `BEFORE` triggers of migration 6 made PostgreSQL lock
 /// every updated or deleted row of `idemdb_requests` before its trigger's `WHEN` was evaluated
 /// (`GetTupleForTrigger`), even when it was false, as it is for a row nobody waits for: a
@@ -1054,8 +999,7 @@ CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR
 /// waits for, when that row's next lease ends or the row is deleted (a waiter woken without a
 /// reason claims again). A waiter that marks a row whose flag is still set reads it as marked
 /// (`statements::MARK_WAITING`), and the trigger fires when its lease ends.
-const WAKE_AFTER: &str = concat!(
-    "
+const WAKE_AFTER: &str = "
 DROP TRIGGER idemdb_requests_wake ON idemdb_requests;
 DROP TRIGGER idemdb_requests_wake_deleted ON idemdb_requests;
 
@@ -1069,9 +1013,14 @@ BEGIN
 END
 $fn$;
 
-",
-    woken_triggers!()
-);
+CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake_after();
+
+CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake_after();
+";
 
 const WAKE_AFTER_DOWN: &str = "
 DROP TRIGGER idemdb_requests_woken ON idemdb_requests;
@@ -1136,8 +1085,7 @@ CREATE INDEX idemdb_requests_expires_at ON idemdb_requests (expires_at);
 /// takeover (`idemdb_claim`) no longer notifies: a lease is taken over only once it was released
 /// (which notified), ran out or expired (its waiters wake at its end by their own clock), and the
 /// flag it leaves set makes the new lease's end notify.
-const WAKE_IN_STATEMENT: &str = concat!(
-    "
+const WAKE_IN_STATEMENT: &str = "
 DROP TRIGGER idemdb_requests_woken ON idemdb_requests;
 DROP TRIGGER idemdb_requests_woken_deleted ON idemdb_requests;
 
@@ -1150,30 +1098,182 @@ BEGIN
 END
 $fn$;
 
-",
-    holder_fn!(
-        "CREATE OR REPLACE FUNCTION",
-        super::statements::wake_waiters!()
-    ),
-    "
-",
-    end_leases_fn!(
-        "CREATE OR REPLACE FUNCTION",
-        super::statements::wake_waiters!()
-    )
-);
+CREATE OR REPLACE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
+    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+BEGIN
+    IF p_op = 1 THEN
+        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL,
+            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) ELSE false END
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 2 THEN
+        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL,
+            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) ELSE false END
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 3 THEN
+        UPDATE idemdb_requests q SET state = 1,
+            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) ELSE false END
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 4 THEN
+        UPDATE idemdb_requests q SET lease_until = t + p_ms,
+            expires_at = GREATEST(q.expires_at, t + p_ms)
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 5 THEN
+        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    END IF;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
+    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
+END
+$fn$;
 
-const WAKE_IN_STATEMENT_DOWN: &str = concat!(
-    holder_fn!("CREATE OR REPLACE FUNCTION", ""),
-    "
-",
-    end_leases_fn!("CREATE OR REPLACE FUNCTION", ""),
-    "
+CREATE OR REPLACE FUNCTION idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
+    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
+    p_to integer[], p_now bigint)
+RETURNS TABLE (ord integer, lease_until bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
+    j integer;
+    done bigint;
+BEGIN
+    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
+        done := NULL;
+        IF p_state[j] = 1 THEN
+            UPDATE idemdb_requests q SET state = 1,
+            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) ELSE false END
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        ELSIF p_state[j] IN (2, 3) THEN
+            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
+                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
+                checkpoint_phase = NULL, checkpoint_state = NULL,
+            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) ELSE false END
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        END IF;
+        IF done IS NOT NULL THEN
+            ord := j;
+            lease_until := done;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+";
+
+const WAKE_IN_STATEMENT_DOWN: &str = "CREATE OR REPLACE FUNCTION idemdb_holder(p_ns smallint, p_tenant bytea, p_key bytea, p_fence bigint,
+    p_now bigint, p_op smallint, p_bytes bytea, p_meta text[], p_ms bigint, p_text text,
+    OUT done_until bigint, OUT state smallint, OUT fence bigint, OUT expired boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+BEGIN
+    IF p_op = 1 THEN
+        UPDATE idemdb_requests q SET state = 2, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 2 THEN
+        UPDATE idemdb_requests q SET state = 3, finished_at = t, response_body = p_bytes,
+            response_meta = p_meta, checkpoint_phase = NULL, checkpoint_state = NULL
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 3 THEN
+        UPDATE idemdb_requests q SET state = 1
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 4 THEN
+        UPDATE idemdb_requests q SET lease_until = t + p_ms,
+            expires_at = GREATEST(q.expires_at, t + p_ms)
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    ELSIF p_op = 5 THEN
+        UPDATE idemdb_requests q SET checkpoint_phase = p_text, checkpoint_state = p_bytes
+        WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key AND q.fence = p_fence
+          AND q.state = 0 AND q.expires_at > t
+        RETURNING q.lease_until INTO done_until;
+    END IF;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT q.state, q.fence, q.expires_at <= t INTO state, fence, expired
+    FROM idemdb_requests q WHERE q.ns = p_ns AND q.tenant = p_tenant AND q.key = p_key;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION idemdb_end_leases(p_ns smallint[], p_tenant bytea[], p_key bytea[],
+    p_fence bigint[], p_state smallint[], p_body bytea[], p_meta text[], p_from integer[],
+    p_to integer[], p_now bigint)
+RETURNS TABLE (ord integer, lease_until bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    t bigint := COALESCE(p_now, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint);
+    j integer;
+    done bigint;
+BEGIN
+    FOR j IN 1 .. COALESCE(array_length(p_key, 1), 0) LOOP
+        done := NULL;
+        IF p_state[j] = 1 THEN
+            UPDATE idemdb_requests q SET state = 1
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        ELSIF p_state[j] IN (2, 3) THEN
+            UPDATE idemdb_requests q SET state = p_state[j], finished_at = t,
+                response_body = p_body[j], response_meta = p_meta[p_from[j]:p_to[j]],
+                checkpoint_phase = NULL, checkpoint_state = NULL
+            WHERE q.ns = p_ns[j] AND q.tenant = p_tenant[j] AND q.key = p_key[j]
+              AND q.fence = p_fence[j] AND q.state = 0 AND q.expires_at > t
+            RETURNING q.lease_until INTO done;
+        END IF;
+        IF done IS NOT NULL THEN
+            ord := j;
+            lease_until := done;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$fn$;
+
 DROP FUNCTION idemdb_wake_waiters(smallint, bytea, bytea);
 
-",
-    woken_triggers!()
-);
+CREATE TRIGGER idemdb_requests_woken AFTER UPDATE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting AND (NEW.state <> 0 OR NEW.fence <> OLD.fence))
+    EXECUTE FUNCTION idemdb_wake_after();
+
+CREATE TRIGGER idemdb_requests_woken_deleted AFTER DELETE ON idemdb_requests FOR EACH ROW
+    WHEN (OLD.waiting)
+    EXECUTE FUNCTION idemdb_wake_after();
+";
 
 /// One step of the PostgreSQL schema, as [`Config::schema_status`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1290,6 +1390,20 @@ mod tests {
             "9aa871e16dc14148dbb52f3cc3bbb6177e8744e7b75fc8e3cd753ded8dad881a",
         ),
     ];
+
+    /// Migration 10 restates, in its literal SQL, the `SET` fragment with which the statements
+    /// that end a lease wake the waiters (`statements::wake_waiters!`): in each of
+    /// `idemdb_holder`'s three lease-ending changes and `idemdb_end_leases`'s two, and nowhere in
+    /// its `down`, which puts back the functions of migrations 2 and 5.
+    #[test]
+    fn migration_10_wakes_the_waiters_as_the_statements_do() {
+        let wake = super::super::statements::wake_waiters!();
+        let Some(m) = MIGRATIONS.iter().find(|m| m.version == 10) else {
+            panic!("migration 10 is gone");
+        };
+        assert_eq!(m.up.matches(wake).count(), 5, "{}", m.up);
+        assert_eq!(m.down.matches("idemdb_wake_waiters(q.").count(), 0);
+    }
 
     fn sha256_hex(text: &str) -> String {
         Sha256::digest(text.as_bytes())

@@ -58,14 +58,18 @@ macro_rules! flushed_if_off {
 /// newest version, under its lock), so a mark committed before the change is always seen. A
 /// change PostgreSQL re-evaluates on a newer version (a concurrent update) may notify twice: a
 /// wake is only a reason to claim again. Used by [`COMPLETE`], [`FAIL`], [`RELEASE`],
-/// [`RELEASE_LOST_CLAIM`] and migration 10's `idemdb_holder` and `idemdb_end_leases`; no trigger
-/// runs on the table.
+/// [`RELEASE_LOST_CLAIM`]; migration 10's `idemdb_holder` and `idemdb_end_leases` restate it in
+/// their literal SQL (released text is never built by a macro), held to it by
+/// `migrations::tests::migration_10_wakes_the_waiters_as_the_statements_do`. No trigger runs on
+/// the table.
 macro_rules! wake_waiters {
     () => {
         ",\n            waiting = CASE WHEN q.waiting THEN NOT idemdb_wake_waiters(q.ns, q.tenant, q.key) \
          ELSE false END"
     };
 }
+// For the unit test that holds migration 10's restatement to it.
+#[cfg(test)]
 pub(crate) use wake_waiters;
 
 /// The condition a `DELETE` of the row `q` adds: always true, and when the row's waiters' flag is
