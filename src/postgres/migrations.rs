@@ -1040,8 +1040,8 @@ CREATE TRIGGER idemdb_requests_wake_deleted BEFORE DELETE ON idemdb_requests FOR
 /// cost every claim an index entry (64 bytes of WAL, and server time: with migration 10's
 /// trigger, 4 to 7 % of the server's CPU per claim+complete, docs/benchmarks.md, "Issue 45, second
 /// step"), and every completion that was not a HOT update a second one, for a sweep that runs
-/// once a minute. The sweep now reads the table's pages in
-/// ranges (a TID range scan, PostgreSQL 14 and newer), from a cursor that every instance shares:
+/// once a minute. The sweep now reads the table's pages in ranges (a TID range scan, PostgreSQL 14
+/// and newer), from a cursor that every instance shares:
 /// `next_page` the first page of the next range, `laps` how many times the walk came round,
 /// `lap_ended_at` when it last did and `moved_at` when the cursor last moved (database
 /// milliseconds). Instances that sweep at once take successive ranges, and a sweeper does not
@@ -1078,8 +1078,8 @@ CREATE INDEX idemdb_requests_expires_at ON idemdb_requests (expires_at);
 /// No trigger on `idemdb_requests`: migration 8's triggers made every update and delete of the
 /// table pay for them, fired or not (PostgreSQL copies the table's triggers, compiles their `WHEN`
 /// and fetches the old row for every statement that could fire them: with migration 9's index,
-/// 4 to 7 % of the server's CPU per claim+complete, docs/benchmarks.md, "Issue 45, second step"). The statements that end a
-/// lease now wake its waiters themselves (`statements::wake_waiters!`: the flag is cleared and,
+/// 4 to 7 % of the server's CPU per claim+complete, docs/benchmarks.md, "Issue 45, second
+/// step"). The statements that end a lease now wake its waiters themselves (`statements::wake_waiters!`: the flag is cleared and,
 /// when it was set, `idemdb_wake_waiters` notifies), as do `idemdb_holder` and
 /// `idemdb_end_leases`, replaced here with that `SET`, and the deletes (`forget`, the sweep). A
 /// takeover (`idemdb_claim`) no longer notifies: a lease is taken over only once it was released

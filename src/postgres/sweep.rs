@@ -161,21 +161,18 @@ impl PgStore {
     }
 
     /// Deletes expired request rows range by range from the shared cursor, until `limit` were
-    /// deleted or the walk ends, waiting `pace` after each range; a range that may hold more
-    /// than a batch is swept again before the cursor moves past it.
+    /// deleted or the walk ends, waiting `pace` between ranges; a range that may hold more than a
+    /// batch is swept again before the cursor moves past it.
     async fn walk(&self, limit: usize, walk: Walk, pace: Duration) -> Result<usize> {
         let now = self.now_param();
         let mut c = self.cursor().await?;
         let (laps, pages) = (c.laps, c.pages);
+        let ended = |c: &Cursor, walked: i64| match walk {
+            Walk::Circle => walked >= pages,
+            Walk::LapEnd => c.laps != laps,
+        };
         let (mut walked, mut deleted) = (0_i64, 0_usize);
-        while deleted < limit {
-            let done = match walk {
-                Walk::Circle => walked >= pages,
-                Walk::LapEnd => c.laps != laps,
-            };
-            if done {
-                break;
-            }
+        while deleted < limit && !ended(&c, walked) {
             let first = c.next_page;
             let want = (limit - deleted).min(BATCH);
             if first < c.pages {
@@ -199,7 +196,8 @@ impl PgStore {
                 .query(statements::SWEEP_ADVANCE, &[&first, &end, &now])
                 .await?;
             c = cursor_of(row)?;
-            if !pace.is_zero() {
+            // No wait after the walk's last range: the pass ends, and lets go of the store.
+            if !pace.is_zero() && !ended(&c, walked) {
                 tokio::time::sleep(pace).await;
             }
         }
