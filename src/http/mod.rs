@@ -81,6 +81,18 @@
 //! (`max_tenant_len` below 33 bytes) leaves no room for its hash (see
 //! [`IdempotencyLayer::principal`]); a configuration error, the request was not processed.
 //!
+//! ### `webhook-signature-invalid`
+//! **401 Unauthorized.** A [`WebhookLayer`] endpoint received a delivery whose signature did
+//! not verify: a header of the scheme missing or sent twice, a malformed signature or timestamp,
+//! no signature made by one of the endpoint's secrets over this body, or a signed timestamp
+//! further from the server's clock than the tolerance (the `detail` says which). Nothing was
+//! stored and the handler did not run. A provider retries it; check the endpoint's secret.
+//!
+//! ### `webhook-event-id-invalid`
+//! **400 Bad Request.** A [`WebhookLayer`] delivery verified, but its event id is longer than
+//! the layer's `max_key_len` or holds a byte outside visible ASCII, so it cannot be its key.
+//! Nothing was stored and the handler did not run.
+//!
 //! ### `handler-panicked`
 //! **500 Internal Server Error.** The handler panicked; the key was released, so the request may
 //! be retried.
@@ -149,8 +161,10 @@ mod estimate;
 mod key;
 mod problem;
 mod service;
+mod signature;
 mod stored;
 mod tenant;
+mod webhook;
 
 use crate::telemetry::counters::Count;
 use std::sync::Arc;
@@ -163,6 +177,7 @@ use crate::async_store::AsyncStore;
 
 pub use body::{BoxError, HttpBody};
 pub use service::Idempotency;
+pub use webhook::{Webhook, WebhookError, WebhookLayer, WebhookScheme, WebhookSecrets};
 
 /// In the extensions of every request the wrapped handler runs for: which attempt of its key
 /// this is. A handler that must not repeat an effect after a crash checks

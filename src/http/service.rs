@@ -44,11 +44,11 @@ impl<S> Idempotency<S> {
     }
 }
 
-type Reply<E> = std::result::Result<HttpResponse<HttpBody>, E>;
+pub(super) type Reply<E> = std::result::Result<HttpResponse<HttpBody>, E>;
 
 /// What a step of [`handle`] gives: `Continue` with what the next step needs, or `Break` with
 /// the answer the request gets.
-type Step<T> = ControlFlow<HttpResponse<HttpBody>, T>;
+pub(super) type Step<T> = ControlFlow<HttpResponse<HttpBody>, T>;
 
 impl<S, B, RB> tower_service::Service<Request<B>> for Idempotency<S>
 where
@@ -132,9 +132,31 @@ where
         Continue(body) => body,
         Break(answer) => return Ok(answer),
     };
+    serve_keyed(opts, inner, parts, body, &tenant, &key).await
+}
+
+/// Steps 4 on, for a request whose key, tenant and body are known (from its headers and
+/// principal, or from a verified webhook delivery, `webhook.rs`): its claim decides whether the
+/// handler runs under a lease, or the answer is a replay, a refusal or a problem.
+pub(super) async fn serve_keyed<S, B, RB>(
+    opts: Arc<Options>,
+    inner: S,
+    parts: http::request::Parts,
+    body: Bytes,
+    tenant: &str,
+    key: &str,
+) -> Reply<S::Error>
+where
+    S: tower_service::Service<Request<B>, Response = HttpResponse<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
     let fp = fingerprint_request(&parts, &opts.fingerprint_headers, &body);
     let route = opts.durations.route(&parts.method, parts.uri.path());
-    let lease = match claim_key(&opts, &tenant, &key, &fp, route).await {
+    let lease = match claim_key(&opts, tenant, key, &fp, route).await {
         Continue(lease) => lease,
         Break(answer) => return Ok(answer),
     };
@@ -229,7 +251,7 @@ fn caller_tenant(opts: &Options, parts: &http::request::Parts, key: &str) -> Ste
 
 /// Step 3: the whole request body, which the fingerprint covers; one over
 /// `max_request_bytes`, or one that fails before its end, is refused.
-async fn read_request_body<B>(opts: &Options, body: B) -> Step<Bytes>
+pub(super) async fn read_request_body<B>(opts: &Options, body: B) -> Step<Bytes>
 where
     B: Body,
     B::Error: Into<BoxError>,
@@ -584,7 +606,12 @@ where
     }
 }
 
-fn refuse(opts: &Options, status: StatusCode, code: &str, detail: &str) -> HttpResponse<HttpBody> {
+pub(super) fn refuse(
+    opts: &Options,
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+) -> HttpResponse<HttpBody> {
     Counters::bump(&opts.stats.refused);
     problem(&opts.problem_docs, status, code, detail)
 }

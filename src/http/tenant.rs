@@ -1,7 +1,9 @@
-//! How a principal becomes the store's tenant. Invariant: the mapping is injective and its two
-//! forms never meet: a literal tenant is `p` followed by the principal, a hashed tenant is `h`
-//! followed by hex digits of the principal's SHA-256, so no principal, whatever its bytes, is ever
-//! stored under another principal's tenant; every tenant it returns fits the store's limit.
+//! How a principal, or a webhook endpoint, becomes the store's tenant. Invariant: the mapping is
+//! injective and its forms never meet: a literal tenant is `p` followed by the principal, a
+//! hashed tenant is `h` followed by hex digits of the principal's SHA-256, a webhook endpoint's
+//! tenant is `w` followed by its scheme and name (`w` + hex digits when that is too long), so no
+//! principal, whatever its bytes, is ever stored under another principal's or an endpoint's
+//! tenant; every tenant it returns fits the store's limit.
 
 use crate::keys::derive_key;
 
@@ -9,6 +11,9 @@ use crate::keys::derive_key;
 const LITERAL: char = 'p';
 /// The first byte of a tenant holding hex digits of the principal's SHA-256.
 const HASHED: char = 'h';
+/// The first byte of a webhook endpoint's tenant (`webhook.rs`): no principal's tenant starts
+/// with it, so no caller of an [`super::IdempotencyLayer`] can spell an endpoint's events.
+const WEBHOOK: char = 'w';
 /// The fewest hex digits a hashed tenant may keep (128 bits); a store whose tenant limit leaves
 /// less room than that cannot hold a long principal safely.
 pub(crate) const MIN_HASH_DIGITS: usize = 32;
@@ -44,6 +49,23 @@ pub(crate) fn tenant_of(principal: &str, max_tenant_len: usize) -> Result<String
     let mut digits = derive_key(&[principal.as_bytes()]);
     digits.truncate(room);
     Ok(format!("{HASHED}{digits}"))
+}
+
+/// The tenant of a webhook endpoint's events: `w` + `scheme:name` when that fits the store's
+/// `max_tenant_len`, otherwise `w#` + hex digits of its SHA-256 (a scheme's name never holds `#`,
+/// so the two forms never meet); `None` when the limit leaves no room for 32 digits.
+pub(crate) fn webhook_tenant(scheme: &str, name: &str, max_tenant_len: usize) -> Option<String> {
+    let scope = format!("{scheme}:{name}");
+    if scope.len() < max_tenant_len {
+        return Some(format!("{WEBHOOK}{scope}"));
+    }
+    let room = max_tenant_len.saturating_sub(2);
+    if room < MIN_HASH_DIGITS {
+        return None;
+    }
+    let mut digits = derive_key(&[b"webhook", scope.as_bytes()]);
+    digits.truncate(room);
+    Some(format!("{WEBHOOK}#{digits}"))
 }
 
 #[cfg(test)]
@@ -104,5 +126,19 @@ mod tests {
                 assert!(seen.insert(tenant_of(&c.to_string().repeat(n), 64).unwrap()));
             }
         }
+    }
+
+    #[test]
+    fn webhook_endpoints_never_share_a_principals_tenant() {
+        assert_eq!(
+            webhook_tenant("stripe", "payments", 64).unwrap(),
+            "wstripe:payments"
+        );
+        let p = tenant_of("stripe:payments", 64).unwrap();
+        assert_ne!(p, webhook_tenant("stripe", "payments", 64).unwrap());
+        let long = "n".repeat(80);
+        let t = webhook_tenant("github", &long, 64).unwrap();
+        assert!(t.starts_with("w#") && t.len() == 64, "{t}");
+        assert_eq!(webhook_tenant("github", &long, 20), None);
     }
 }

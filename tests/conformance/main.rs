@@ -17,6 +17,8 @@ mod http_common;
 #[allow(dead_code)] // assert_absent is the operating tests'
 #[path = "../operating/spans.rs"]
 mod spans;
+#[path = "../common/webhooks.rs"]
+mod webhooks;
 
 mod application_transaction_commits_with_the_record;
 mod bad_input_is_refused_and_changes_nothing;
@@ -44,3 +46,4 @@ mod renewed_lease_keeps_its_reservation_through_a_sweep;
 mod retryable_failure_releases_and_terminal_failure_replays;
 mod spans_name_the_same_decisions_alike;
 mod unique_values_have_one_live_owner;
+mod webhook_events_are_handled_once;
