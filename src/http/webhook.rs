@@ -336,6 +336,15 @@ impl WebhookLayer {
         self
     }
 
+    /// Whether an event's pending record is written when its delivery claims it, so that after
+    /// a crash of this process a redelivery waits for the lease to end and its handler sees
+    /// [`super::Attempt::takeover`]; see [`IdempotencyLayer::written_pending`].
+    #[must_use]
+    pub fn written_pending(mut self, yes: bool) -> Self {
+        self.layer = self.layer.written_pending(yes);
+        self
+    }
+
     /// Where problem documents point; see [`IdempotencyLayer::problem_type_base`].
     #[must_use]
     pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {

@@ -2,7 +2,8 @@
 //! nothing: a header row (ROUTE, METHODS, LEVEL, KEY, SCOPE, LEASE, RETENTION, MAX BODY), one row
 //! per route line in the file's order with its options or their defaults (lease 30s, retention
 //! 24h, max body 1MiB), then a last row for unmatched requests, which pass through (`none`); on
-//! stderr, a warning for each keyed route whose keys every caller shares.
+//! stderr, a warning for each keyed route whose keys every caller shares. A `webhook` route is
+//! listed with its scheme, its endpoint and where its secrets come from, never the secrets.
 
 use crate::harness::{proxy_command, routes_file, run};
 
@@ -95,7 +96,13 @@ fn one_of(row: &[String], col: usize, spellings: &[&str], table: &str) {
 #[test]
 fn inventory_lists_every_route() {
     let dir = tempfile::tempdir().unwrap();
-    let routes = routes_file(dir.path(), "routes", ROUTES);
+    let secret = dir.path().join("hook.secret");
+    std::fs::write(&secret, "never-printed-secret\n").unwrap();
+    let text = format!(
+        "{ROUTES}POST /hooks/github webhook scheme=github secret=file:{} endpoint=repo\n",
+        secret.display()
+    );
+    let routes = routes_file(dir.path(), "routes", &text);
     let (status, out, err) = run(
         "idemdb proxy --inventory",
         proxy_command(&[
@@ -130,10 +137,10 @@ fn inventory_lists_every_route() {
         .collect();
     assert_eq!(
         rows.len(),
-        7,
-        "one row per route line (6) and one for unmatched requests:\n{out}"
+        8,
+        "one row per route line (7) and one for unmatched requests:\n{out}"
     );
-    let (route, methods, level, scope, lease, retention, max_body) = (0, 1, 2, 4, 5, 6, 7);
+    let (route, methods, level, key, scope, lease, retention, max_body) = (0, 1, 2, 3, 4, 5, 6, 7);
 
     let payments = &rows[0];
     assert_eq!(payments[route], "/payments", "{out}");
@@ -173,7 +180,18 @@ fn inventory_lists_every_route() {
     one_of(&rows[4], max_body, &["512B", "512"], &out);
     one_of(&rows[5], max_body, &["1KiB", "1024", "1024B"], &out);
 
-    let unmatched = &rows[6];
+    let hook = &rows[6];
+    assert_eq!(hook[route], "/hooks/github", "{out}");
+    assert_eq!(hook[level], "webhook", "{out}");
+    assert!(hook[key].contains("github signature"), "{out}");
+    assert!(
+        hook[key].contains(&format!("file:{}", secret.display())),
+        "{out}"
+    );
+    assert!(hook[scope].contains("endpoint repo"), "{out}");
+    assert!(!out.contains("never-printed-secret") && !err.contains("never-printed-secret"));
+
+    let unmatched = &rows[7];
     assert_eq!(
         unmatched[level], "none",
         "unmatched requests pass through:\n{out}"

@@ -221,11 +221,15 @@ struct MigrateArgs {
                   POST        /payments     hard  principal=header:x-api-key lease=10s\n  \
                   POST,PATCH  /orders/*     soft  principal=jwt-sub:authorization \
                   jwt-key=jwks:/etc/jwks.json\n  \
-                  *           /internal/**  none\n\
+                  *           /internal/**  none\n  \
+                  POST        /hooks/stripe webhook scheme=stripe \
+                  secret=file:/etc/idemdb/stripe.secret\n\
                   METHODS: upper-case names separated by commas, or * (a keyed * route keys \
                   POST, PUT, PATCH,\nDELETE). PATH: `*` or `{id}` one segment, `**` \
                   (last) any rest. LEVEL: hard\n(Idempotency-Key required), soft (keyed when \
-                  sent), none (passed through). OPTIONS and defaults:\n  \
+                  sent), none (passed through),\nwebhook (signed deliveries: the signature \
+                  verified first, 401 otherwise; the event id is\nthe key). OPTIONS and \
+                  defaults:\n  \
                   principal=anonymous|header:NAME|jwt-sub:NAME|jwt-sub-unverified:NAME   whose \
                   keys (default\n    anonymous: one scope); jwt-sub needs jwt-key=secret:FILE|pem:FILE|\
                   jwks:FILE, and takes\n    jwt-iss=A,B jwt-aud=A,B jwt-leeway=30s; a token that \
@@ -237,13 +241,19 @@ struct MigrateArgs {
                   fingerprint=content-type (headers besides method, path, query, body; or none)\n  \
                   on-unknown=fail|release (default fail: an answer lost at the upstream is \
                   stored, never resent)\n\
+                  A webhook route takes lease, retention, max-body, wait, on-unknown, and:\n  \
+                  scheme=standard|stripe|github  secret=file:PATH|env:VAR (one secret per line, \
+                  several while\n    rotating)  endpoint=NAME (default the route's path: its \
+                  events are its own)  tolerance=5m\n  \
+                  Only a 2xx answer is stored; any other lets the provider's retry reach the \
+                  upstream again.\n\
                   The first matching route decides, on the path's normal form (/payments/, \
                   //payments and /%70ayments\nare /payments); an unmatched request passes \
                   through. Without --routes:\nPOST,PATCH /** soft. The proxy answers GET /_idemdb/health \
                   and /_idemdb/metrics itself.\n\
                   A bad routes file stops the proxy at start, naming the line (exit status 2).\n\
                   A key's tenant (for idemdb inspect and forget) is `p` + its principal \
-                  (`panonymous`), or `h` +\nits hash when over 63 bytes."
+                  (`panonymous`), or `h` +\nits hash when over 63 bytes; a webhook route's is `w` + scheme:endpoint (`wstripe:/hooks/stripe`)."
 )]
 struct ProxyArgs {
     /// The address to listen on, like 127.0.0.1:8080

@@ -9,6 +9,7 @@
 //! POST        /payments       hard   principal=header:x-api-key lease=10s max-body=64KiB
 //! POST,PATCH  /orders/*       soft   principal=jwt-sub:authorization jwt-key=jwks:/etc/idemdb/jwks.json
 //! *           /internal/**    none
+//! POST        /hooks/stripe   webhook scheme=stripe secret=file:/etc/idemdb/stripe.secret
 //! ```
 //!
 //! A request's path is matched in its normal form ([`normalise`]), so that every spelling the
@@ -20,6 +21,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
+use idemdb::http::{WebhookScheme, WebhookSecrets};
 
 use super::jwt::{JwtRule, KeyFile};
 
@@ -36,6 +38,22 @@ pub(crate) enum Level {
     Soft,
     /// Passed through untouched, key or not.
     None,
+    /// Signed webhook deliveries: the signature verified first (401 otherwise), the event id
+    /// the key, scoped by the route's endpoint ([`WebhookRoute`]).
+    Webhook,
+}
+
+/// A `webhook` route's scheme, secrets, endpoint name and timestamp tolerance.
+#[derive(Debug, Clone)]
+pub(crate) struct WebhookRoute {
+    pub(crate) scheme: WebhookScheme,
+    /// Read from the file or the variable when the routes are loaded; never printed.
+    pub(crate) secrets: WebhookSecrets,
+    /// Where they came from (`file:PATH` or `env:VAR`), for the inventory.
+    pub(crate) secret_source: String,
+    /// The endpoint's events are its own: `endpoint=NAME`, by default the route's path.
+    pub(crate) endpoint: String,
+    pub(crate) tolerance: Duration,
 }
 
 /// Whom a key belongs to: keys are scoped by it.
@@ -94,6 +112,8 @@ pub(crate) struct Route {
     pub(crate) scope_headers: Vec<HeaderName>,
     pub(crate) wait: Duration,
     pub(crate) on_unknown: OnUnknown,
+    /// `Some` exactly for a `webhook` route.
+    pub(crate) webhook: Option<WebhookRoute>,
 }
 
 /// The routes, in the order they are tried.
@@ -163,7 +183,7 @@ impl Routes {
     /// state).
     pub(crate) fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for r in self.routes.iter().filter(|r| r.level != Level::None) {
+        for r in self.routes.iter().filter(|r| r.keyed_by_header()) {
             let at = match r.line {
                 0 => format!("the built-in route `{}`", r.path),
                 n => format!("line {n} (`{}`)", r.path),
@@ -226,12 +246,19 @@ impl Routes {
                     Level::Hard => "hard",
                     Level::Soft => "soft",
                     Level::None => "none",
+                    Level::Webhook => "webhook",
                 }
                 .to_owned(),
-                match r.level {
-                    Level::Hard => "Idempotency-Key, required".to_owned(),
-                    Level::Soft => "Idempotency-Key, optional".to_owned(),
-                    Level::None => dash(),
+                match (&r.level, &r.webhook) {
+                    (Level::Hard, _) => "Idempotency-Key, required".to_owned(),
+                    (Level::Soft, _) => "Idempotency-Key, optional".to_owned(),
+                    (Level::Webhook, Some(w)) => format!(
+                        "event id, {} signature required (secrets {}, tolerance {})",
+                        w.scheme.name(),
+                        w.secret_source,
+                        human_duration(w.tolerance)
+                    ),
+                    _ => dash(),
                 },
                 if keyed { scope_of(r) } else { dash() },
                 if keyed {
@@ -287,6 +314,9 @@ impl Routes {
 
 /// The inventory's SCOPE cell of a keyed route.
 fn scope_of(r: &Route) -> String {
+    if let Some(w) = &r.webhook {
+        return format!("endpoint {} ({})", w.endpoint, w.scheme.name());
+    }
     let mut scope = match &r.principal {
         Principal::Anonymous => "anonymous (one scope)".to_owned(),
         Principal::Header(h) => format!("header {h}"),
@@ -349,6 +379,11 @@ pub(crate) fn normalise(path: &str) -> Cow<'_, str> {
 }
 
 impl Route {
+    /// Whether the route's keys come from `Idempotency-Key` (a `hard` or `soft` route).
+    pub(crate) fn keyed_by_header(&self) -> bool {
+        matches!(self.level, Level::Hard | Level::Soft)
+    }
+
     fn matches_method(&self, m: &Method) -> bool {
         match &self.methods {
             None => true,
@@ -417,11 +452,19 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Route>, String> {
     };
     let mut route = route_with_defaults(number, methods, path, level)?;
     let mut jwt = JwtOptions::default();
+    let mut hook = WebhookOptions::default();
     let mut seen: Vec<&str> = Vec::new();
     for option in fields {
+        let webhook_option = WebhookOptions::NAMES.contains(&option_name(option));
+        if (route.level == Level::Webhook || webhook_option)
+            && hook.apply(&route, &mut seen, option)?
+        {
+            continue;
+        }
         apply_option(&mut route, &mut jwt, &mut seen, option)?;
     }
     jwt.complete_principal(&mut route)?;
+    hook.complete(&mut route)?;
     finish_route(route).map(Some)
 }
 
@@ -438,10 +481,11 @@ fn route_with_defaults(
         "hard" => Level::Hard,
         "soft" => Level::Soft,
         "none" => Level::None,
+        "webhook" => Level::Webhook,
         other => {
             return Err(format!(
                 "level `{other}` is not one of hard (key required), soft (key optional), none \
-                 (passed through)"
+                 (passed through), webhook (signed deliveries, the event id as key)"
             ))
         }
     };
@@ -459,7 +503,123 @@ fn route_with_defaults(
         scope_headers: Vec::new(),
         wait: Duration::ZERO,
         on_unknown: OnUnknown::Fail,
+        webhook: None,
     })
+}
+
+/// The name of a `NAME=VALUE` option (the whole text when it has no `=`).
+fn option_name(option: &str) -> &str {
+    option.split_once('=').map_or(option, |(n, _)| n)
+}
+
+/// A `webhook` line's own options, made into its [`WebhookRoute`] once the line is read.
+#[derive(Default)]
+struct WebhookOptions {
+    scheme: Option<WebhookScheme>,
+    secrets: Option<(WebhookSecrets, String)>,
+    endpoint: Option<String>,
+    tolerance: Option<Duration>,
+}
+
+impl WebhookOptions {
+    const NAMES: [&'static str; 4] = ["scheme", "secret", "endpoint", "tolerance"];
+
+    /// Step 2 for a webhook option: `Ok(true)` when `option` is one (set here), `Ok(false)` when
+    /// it is for [`apply_option`]; an option a webhook route does not take is refused.
+    fn apply<'a>(
+        &mut self,
+        route: &Route,
+        seen: &mut Vec<&'a str>,
+        option: &'a str,
+    ) -> Result<bool, String> {
+        let name = option_name(option);
+        if route.level != Level::Webhook {
+            return Err(format!(
+                "option `{name}` is for `webhook` routes (signed deliveries)"
+            ));
+        }
+        if matches!(name, "principal" | "scope-headers" | "fingerprint") || name.starts_with("jwt-")
+        {
+            return Err(format!(
+                "option `{name}` on a `webhook` route: its events are scoped by its endpoint \
+                 and proven by their signature, not by a caller or a header"
+            ));
+        }
+        if !Self::NAMES.contains(&name) {
+            return Ok(false);
+        }
+        let Some((_, value)) = option.split_once('=') else {
+            return Err(format!("`{option}` is not an option: write NAME=VALUE"));
+        };
+        if seen.contains(&name) {
+            return Err(format!("option `{name}` is given twice"));
+        }
+        seen.push(name);
+        let bad = |why: &str| format!("{name}={value}: {why}");
+        match name {
+            "scheme" => {
+                self.scheme = Some(match value {
+                    "standard" => WebhookScheme::StandardWebhooks,
+                    "stripe" => WebhookScheme::Stripe,
+                    "github" => WebhookScheme::GitHub,
+                    _ => {
+                        return Err(bad(
+                            "expected standard (Standard Webhooks), stripe or github",
+                        ))
+                    }
+                })
+            }
+            "secret" => {
+                let secrets = match value.split_once(':') {
+                    Some(("file", path)) if !path.is_empty() => WebhookSecrets::from_file(path),
+                    Some(("env", var)) if !var.is_empty() => WebhookSecrets::from_env(var),
+                    _ => {
+                        return Err(bad(
+                            "expected file:PATH or env:VAR (one secret per line; never the \
+                             secret itself on the line)",
+                        ))
+                    }
+                }
+                .map_err(|e| bad(&e.to_string()))?;
+                self.secrets = Some((secrets, value.to_owned()));
+            }
+            "endpoint" => {
+                if value.is_empty() || value.len() > 200 {
+                    return Err(bad("an endpoint name is 1 to 200 bytes"));
+                }
+                self.endpoint = Some(value.to_owned());
+            }
+            _ => {
+                let d = duration(value).map_err(|e| bad(&e))?;
+                if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+                    return Err(bad("a tolerance is from 1s to 1h"));
+                }
+                self.tolerance = Some(d);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Step 3 for a `webhook` route: its [`WebhookRoute`], or which option it lacks.
+    fn complete(self, route: &mut Route) -> Result<(), String> {
+        if route.level != Level::Webhook {
+            return Ok(());
+        }
+        let scheme = self
+            .scheme
+            .ok_or("a webhook route needs scheme=standard|stripe|github")?;
+        let (secrets, secret_source) = self
+            .secrets
+            .ok_or("a webhook route needs secret=file:PATH or secret=env:VAR")?;
+        route.webhook = Some(WebhookRoute {
+            scheme,
+            secrets,
+            secret_source,
+            endpoint: self.endpoint.unwrap_or_else(|| route.path.clone()),
+            tolerance: self.tolerance.unwrap_or(Duration::from_secs(300)),
+        });
+        Ok(())
+    }
 }
 
 /// A line's `jwt-*` options, applied to the principal's rule once every option is read.
@@ -567,7 +727,8 @@ fn apply_option<'a>(
             return Err(format!(
                 "unknown option `{name}`; the options are principal, jwt-key, jwt-iss, \
                  jwt-aud, jwt-leeway, scope-headers, lease, retention, max-body, \
-                 fingerprint, wait, on-unknown"
+                 fingerprint, wait, on-unknown; and on a webhook route scheme, secret, \
+                 endpoint, tolerance"
             ))
         }
     }
@@ -807,6 +968,51 @@ mod tests {
 
     /// Regression: such a route was accepted, then every keyed request on it was refused with a
     /// 400 that blamed the client's key (the store refuses a lease longer than the retention).
+    #[test]
+    fn webhook_routes_take_their_own_options_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s");
+        std::fs::write(&file, "one\n\n  two  \n").unwrap();
+        let f = file.display();
+        let r = route(&format!(
+            "POST /hooks webhook scheme=github secret=file:{f} lease=5s"
+        ));
+        let w = r.webhook.as_ref().unwrap();
+        assert_eq!(
+            (w.scheme, w.endpoint.as_str()),
+            (WebhookScheme::GitHub, "/hooks")
+        );
+        assert_eq!(format!("{:?}", w.secrets), "WebhookSecrets(2 redacted)");
+        assert_eq!(r.lease, Duration::from_secs(5));
+        for (line, says) in [
+            (format!("POST /h webhook secret=file:{f}"), "needs scheme="),
+            ("POST /h webhook scheme=stripe".to_owned(), "needs secret="),
+            (
+                format!("POST /h webhook scheme=x secret=file:{f}"),
+                "scheme=x",
+            ),
+            (
+                "POST /h webhook scheme=stripe secret=whsec_abc".to_owned(),
+                "file:PATH or env:VAR",
+            ),
+            (
+                format!("POST /h webhook scheme=stripe secret=file:{f} principal=header:a"),
+                "scoped by its endpoint",
+            ),
+            (
+                format!("POST /h soft secret=file:{f}"),
+                "for `webhook` routes",
+            ),
+            (
+                "POST /h webhook scheme=stripe secret=file:/no/such/file".to_owned(),
+                "cannot read",
+            ),
+        ] {
+            let e = parse_line(&line, 1).unwrap_err();
+            assert!(e.contains(says), "{line}: {e}");
+        }
+    }
+
     #[test]
     fn a_retention_shorter_than_the_lease_is_refused_at_start() {
         let e = Routes::parse("POST /p hard\nPOST /q soft retention=1s").unwrap_err();

@@ -17,7 +17,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use idemdb::http::{HttpBody, Idempotency, IdempotencyLayer, WhileRunning};
+use idemdb::http::{HttpBody, Idempotency, IdempotencyLayer, Webhook, WebhookLayer, WhileRunning};
 use idemdb::{AsyncStore, Config, Durability};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::{watch, Notify, Semaphore};
@@ -95,8 +95,11 @@ impl Drop for Guard {
 /// Everything a request needs, shared by every connection.
 struct App {
     routes: Routes,
-    /// The idempotent service of each keyed route (`None` for a `none` route), by index.
+    /// The idempotent service of each keyed route (`None` for a `none` or `webhook` route), by
+    /// index.
     keyed: Vec<Option<Idempotency<Forwarder>>>,
+    /// The webhook receiver of each `webhook` route (`None` for the others), by index.
+    webhooks: Vec<Option<Webhook<Forwarder>>>,
     /// How each keyed route scopes its keys (`None` for a `none` route), by index.
     scopers: Vec<Option<Scoper>>,
     /// Problem documents in the layer's format.
@@ -186,17 +189,27 @@ fn build_app(
     let scopers = routes
         .routes
         .iter()
-        .map(|r| (r.level != Level::None).then(|| Scoper::new(r)).transpose())
+        .map(|r| r.keyed_by_header().then(|| Scoper::new(r)).transpose())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("routes file {}, {e}", routes.source))?;
     let keyed = routes
         .routes
         .iter()
-        .map(|r| (r.level != Level::None).then(|| keyed_service(r, store, upstream)))
+        .map(|r| {
+            r.keyed_by_header()
+                .then(|| keyed_service(r, store, upstream))
+        })
         .collect();
+    let webhooks = routes
+        .routes
+        .iter()
+        .map(|r| webhook_service(r, store, upstream))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("routes file {}, {e}", routes.source))?;
     Ok(Arc::new(App {
         routes,
         keyed,
+        webhooks,
         scopers,
         problems: IdempotencyLayer::new(store.clone()),
         ignored_logged: AtomicU64::new(0),
@@ -233,6 +246,33 @@ fn keyed_service(
         // so that its next holder sees the takeover.
         .written_pending(r.on_unknown == OnUnknown::Fail);
     layer.layer(Forwarder::new(upstream.clone(), r.on_unknown))
+}
+
+/// Step 3, for one `webhook` route: the webhook receiver its settings make, in front of the
+/// upstream; `Ok(None)` for any other route.
+fn webhook_service(
+    r: &Route,
+    store: &AsyncStore,
+    upstream: &Arc<Upstream>,
+) -> Result<Option<Webhook<Forwarder>>, String> {
+    let Some(w) = &r.webhook else {
+        return Ok(None);
+    };
+    let layer = WebhookLayer::new(store.clone(), w.scheme, &w.endpoint, w.secrets.clone())
+        .map_err(|e| format!("line {}: {e}", r.line))?
+        .tolerance(w.tolerance)
+        .lease(r.lease)
+        .retention(r.retention)
+        .max_request_bytes(r.max_body)
+        .while_running(if r.wait.is_zero() {
+            WhileRunning::Reject
+        } else {
+            WhileRunning::Wait(r.wait)
+        })
+        .written_pending(r.on_unknown == OnUnknown::Fail);
+    Ok(Some(
+        layer.layer(Forwarder::new(upstream.clone(), r.on_unknown)),
+    ))
 }
 
 /// Step 4: binds `--listen` and prints the address it got, and what the proxy serves.
@@ -349,6 +389,14 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     let task = tokio::spawn(async move {
         let _guard = guard;
         let route = app.routes.find(req.method(), req.uri().path());
+        // A webhook route takes every request it matches: its signature is checked first.
+        if let Some(mut svc) = route.and_then(|(i, _)| app.webhooks[i].clone()) {
+            let _ = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
+            return match svc.call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+        }
         let keyed = route.and_then(|(i, r)| {
             let svc = app.keyed[i].clone()?;
             r.keys(req.method()).then_some((i, svc))
