@@ -39,7 +39,9 @@
 //! `Config::postgres(url).open_async()` gives an `AsyncStore` with the same request-record
 //! calls and outcomes as an embedded store opened with `Config::open_async`; every decision is
 //! one SQL statement and every time the database server's. The HTTP layer for tower and axum is
-//! `idemdb::http` (feature `http`); the same layer in front of a service in any language is the
+//! `idemdb::http` (feature `http`), which also receives signed webhooks once
+//! (`http::WebhookLayer`); `idemdb::grpc` (feature `grpc`) makes a tonic server's methods
+//! idempotent on the same records; the HTTP layer in front of a service in any language is the
 //! `idemdb proxy` command (feature `proxy`, README "Any language: the proxy").
 #![deny(unsafe_code, missing_docs)]
 #![warn(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -72,6 +74,9 @@ mod async_store;
 // 4. The HTTP layer.
 #[cfg(feature = "http")]
 pub mod http;
+// 5. The gRPC layer, on the HTTP layer.
+#[cfg(feature = "grpc")]
+pub mod grpc;
 
 #[cfg(feature = "async")]
 pub use async_store::{AsyncCommit, AsyncStore};

@@ -159,7 +159,7 @@
 mod body;
 mod estimate;
 mod key;
-mod problem;
+pub(crate) mod problem;
 mod service;
 mod signature;
 mod stored;
@@ -176,6 +176,12 @@ use http::{header, HeaderName, Method, StatusCode};
 use crate::async_store::AsyncStore;
 
 pub use body::{BoxError, HttpBody};
+
+/// An empty body, for a layer above that answers in its own protocol (the gRPC layer).
+#[cfg(feature = "grpc")]
+pub(crate) fn empty_body() -> HttpBody {
+    body::full(bytes::Bytes::new())
+}
 pub use service::Idempotency;
 pub use webhook::{Webhook, WebhookError, WebhookLayer, WebhookScheme, WebhookSecrets};
 

@@ -26,8 +26,24 @@ pub(crate) fn problem(
     code: &str,
     detail: &str,
 ) -> Response<HttpBody> {
-    let (parts, body) = problem_parts(docs, status, code, detail);
+    #[cfg_attr(not(feature = "grpc"), allow(unused_mut))]
+    let (mut parts, body) = problem_parts(docs, status, code, detail);
+    // For a layer above (the gRPC layer) that answers the refusal in its own protocol.
+    #[cfg(feature = "grpc")]
+    parts.extensions.insert(Refusal {
+        code: code.to_owned(),
+        detail: detail.to_owned(),
+    });
     Response::from_parts(parts, full(body))
+}
+
+/// In the extensions of every problem the layer answers itself (never of a stored or replayed
+/// answer): its code and detail.
+#[cfg(feature = "grpc")]
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    pub(crate) code: String,
+    pub(crate) detail: String,
 }
 
 /// [`problem`]'s head and its document's bytes, for a caller that also stores them.

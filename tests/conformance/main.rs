@@ -12,6 +12,8 @@
 
 #[macro_use]
 mod harness;
+#[path = "../common/grpc.rs"]
+mod grpc_common;
 #[path = "../common/http.rs"]
 mod http_common;
 #[allow(dead_code)] // assert_absent is the operating tests'
@@ -36,6 +38,7 @@ mod expired_lease_is_taken_over_and_stale_holder_refused;
 mod fencing_tokens_increase_for_every_key;
 mod first_claim_acquires_and_retries_replay;
 mod forgotten_record_is_gone_for_its_holder;
+mod grpc_methods_run_once_on_both_backends;
 mod http_layer_runs_alike_on_both_backends;
 mod offset_windows_join_marks_in_any_order;
 mod one_callers_bytes_never_fail_another;

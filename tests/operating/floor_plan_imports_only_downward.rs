@@ -4,7 +4,7 @@
 //!
 //! A room is a file at the top of `src/` (the shared vocabulary: `record.rs`, `requests.rs`, ...)
 //! or a folder there (`config/`, `format/`, `telemetry/`, `embedded/`, `postgres/`,
-//! `async_store/`, `http/`); inside a folder files may name each other freely. `lib.rs` (the
+//! `async_store/`, `http/`, `grpc/`); inside a folder files may name each other freely. `lib.rs` (the
 //! table of contents) and `bin/` (which sees only the public API) are not rooms. Comment lines are
 //! not read.
 
@@ -12,12 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The floor of a room: 1 the shared vocabulary (and telemetry, which every floor may use),
-/// 2 the backends, 3 the async API over both, 4 the HTTP layer.
+/// 2 the backends, 3 the async API over both, 4 the HTTP layer, 5 the gRPC layer on it.
 fn floor(room: &str) -> u8 {
     match room {
         "embedded" | "postgres" => 2,
         "async_store" => 3,
         "http" => 4,
+        "grpc" => 5,
         _ => 1,
     }
 }
