@@ -47,6 +47,10 @@
 //! answer whose body fails release the key, so a retry runs the method again
 //! ([`GrpcIdempotencyLayer::store_code`] changes the rule).
 //!
+//! Every call the method runs for carries the HTTP layer's [`crate::http::Attempt`] in its
+//! extensions (`request.extensions()` in tonic): which attempt of its key this is, and whether
+//! its lease was taken over from a holder that vanished (the effect may already have happened).
+//!
 //! Answers are read whole before they are sent (server-streaming answers too, up to the store's
 //! limit): do not put the layer in front of an endless stream. Duplicates wait fleet-wide on
 //! PostgreSQL as in the HTTP layer.
@@ -160,6 +164,16 @@ impl GrpcIdempotencyLayer {
     #[must_use]
     pub fn while_running(self, w: WhileRunning) -> Self {
         self.with_http(|h| h.while_running(w))
+    }
+
+    /// Whether a key's pending record is written when its call claims it, so that after a crash
+    /// of this process the key stays in progress until its lease ends and the next call runs as
+    /// a takeover ([`crate::http::Attempt::takeover`] in the request's extensions: the method
+    /// checks whether its effect happened); see [`IdempotencyLayer::written_pending`]. Default:
+    /// `false`.
+    #[must_use]
+    pub fn written_pending(self, yes: bool) -> Self {
+        self.with_http(|h| h.written_pending(yes))
     }
 
     /// The method's lease, renewed while it runs. Default: the store's (30 s).

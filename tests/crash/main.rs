@@ -12,4 +12,5 @@ mod crash_kill9_buffered_completions_survive;
 mod crash_kill9_commit_is_atomic;
 mod crash_kill9_consumer_attempts_survive;
 mod crash_kill9_consumer_ledger_exact;
+mod crash_kill9_grpc_calls_run_once;
 mod crash_kill9_synced_completions_survive;
