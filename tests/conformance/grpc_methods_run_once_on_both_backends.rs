@@ -4,11 +4,13 @@
 //! FAILED_PRECONDITION; concurrent twins run the method once (ABORTED with a retry hint for the
 //! others, then the reply); a final error status is stored, a transient one releases the key; a
 //! call without a key is INVALID_ARGUMENT when keys are required; a call whose client gave up
-//! while it ran is answered to its retry from the store.
+//! while it ran is answered to its retry from the store; with a wait, a twin gets the first
+//! call's reply.
 
 use std::time::Duration;
 
 use idemdb::grpc::{Code, GrpcIdempotencyLayer};
+use idemdb::http::WhileRunning;
 
 use crate::grpc_common::{charge, grpc_client, serve_grpc, ChargeRequest};
 use crate::harness::Harness;
@@ -147,6 +149,30 @@ async fn check(h: &Harness) {
     assert!(retried.replayed(), "{retried:?}");
     assert_eq!(retried.reply.expect("the lost call's reply").run, 7);
     assert_eq!(ran(), 7);
+
+    // With a wait, a twin gets the first call's reply instead of ABORTED.
+    let waiting = layer
+        .clone()
+        .while_running(WhileRunning::Wait(Duration::from_secs(20)));
+    let (waddr, wruns) = serve_grpc(waiting).await;
+    let mut w = grpc_client(waddr).await;
+    let slow = ChargeRequest {
+        delay_ms: 300,
+        ..pay("acct-6", 9)
+    };
+    let first = {
+        let mut w = w.clone();
+        let slow = slow.clone();
+        tokio::spawn(async move { charge(&mut w, "k6", "alice", slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let twin = charge(&mut w, "k6", "alice", slow).await;
+    let first = first.await.unwrap();
+    assert_eq!(
+        twin.reply.clone().expect("the twin waited"),
+        first.reply.expect("first")
+    );
+    assert_eq!(wruns.0.load(std::sync::atomic::Ordering::SeqCst), 1);
 
     let tenant = layer.tenant_of("alice").unwrap();
     let info = h.store.get(&tenant, "k1").await.unwrap().unwrap();
