@@ -237,15 +237,20 @@ fn keyed_service(
         .lease(r.lease)
         .retention(r.retention)
         .max_request_bytes(r.max_body)
-        .while_running(if r.wait.is_zero() {
-            WhileRunning::Reject
-        } else {
-            WhileRunning::Wait(r.wait)
-        })
+        .while_running(wait_of(r))
         // A key of a route that must not send a request twice outlives a crash of this process,
         // so that its next holder sees the takeover.
         .written_pending(r.on_unknown == OnUnknown::Fail);
     layer.layer(Forwarder::new(upstream.clone(), r.on_unknown))
+}
+
+/// What a duplicate of a route's request gets while the first runs: its `wait=`, or 409.
+fn wait_of(r: &Route) -> WhileRunning {
+    if r.wait.is_zero() {
+        WhileRunning::Reject
+    } else {
+        WhileRunning::Wait(r.wait)
+    }
 }
 
 /// Step 3, for one `webhook` route: the webhook receiver its settings make, in front of the
@@ -264,11 +269,7 @@ fn webhook_service(
         .lease(r.lease)
         .retention(r.retention)
         .max_request_bytes(r.max_body)
-        .while_running(if r.wait.is_zero() {
-            WhileRunning::Reject
-        } else {
-            WhileRunning::Wait(r.wait)
-        })
+        .while_running(wait_of(r))
         .written_pending(r.on_unknown == OnUnknown::Fail);
     Ok(Some(
         layer.layer(Forwarder::new(upstream.clone(), r.on_unknown)),
