@@ -77,7 +77,9 @@ impl tonic::server::UnaryService<ChargeRequest> for Charge {
                     .append(true)
                     .open(&effects)
                     .unwrap();
-                writeln!(f, "{line}").unwrap();
+                // One write of the whole line: concurrent calls append to the same file, and
+                // `writeln!` may write the line and its newline apart.
+                f.write_all(format!("{line}\n").as_bytes()).unwrap();
                 f.sync_all().unwrap();
             }
             tokio::time::sleep(Duration::from_millis(u64::from(req.delay_ms))).await;
