@@ -32,8 +32,8 @@
 //!
 //! This is its own workspace member so that the peers' clients are not dependencies of the
 //! library's build. Its `librocksdb-sys` (and every dependency of it) resolves to the same
-//! features as the library's own build, so RocksDB is compiled once for both: check with
-//! `cargo tree -e features` after changing any dependency here or in the library.
+//! features as the library's own build, so RocksDB is compiled once for both:
+//! `scripts/check-one-rocksdb` (run by scripts/test) checks it.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
