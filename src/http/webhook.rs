@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{Request, Response as HttpResponse, StatusCode};
 use http_body::Body;
+use parking_lot::RwLock;
 
 use super::body::{BoxError, HttpBody};
 use super::service::{read_request_body, refuse, serve_keyed, Reply};
@@ -176,9 +177,28 @@ impl std::error::Error for WebhookError {
 /// What every delivery to the endpoint is checked against.
 struct Verifier {
     scheme: WebhookScheme,
-    keys: Vec<Key>,
+    /// Shared by the layer, its copies and every service they made: [`WebhookLayer::set_secrets`]
+    /// replaces the set for all of them at once.
+    keys: Arc<RwLock<Arc<Vec<Key>>>>,
     tolerance: Duration,
     tenant: String,
+}
+
+/// The keys of `secrets` under `scheme`: at least one, each usable, or why not.
+fn keys_of(scheme: WebhookScheme, secrets: &WebhookSecrets) -> Result<Vec<Key>, WebhookError> {
+    if secrets.0.is_empty() {
+        return Err(WebhookError::NoSecret);
+    }
+    secrets
+        .0
+        .iter()
+        .enumerate()
+        .map(|(position, s)| {
+            signature::key_of(scheme, s).map_err(|(BadSecret::Empty | BadSecret::NotBase64)| {
+                WebhookError::BadSecret { position, scheme }
+            })
+        })
+        .collect()
 }
 
 /// A `tower::Layer` that receives an endpoint's signed webhook deliveries exactly once: the
@@ -228,7 +248,7 @@ impl fmt::Debug for WebhookLayer {
         f.debug_struct("WebhookLayer")
             .field("scheme", &self.verifier.scheme)
             .field("tenant", &self.verifier.tenant)
-            .field("secrets", &self.verifier.keys.len())
+            .field("secrets", &self.verifier.keys.read().len())
             .field("tolerance", &self.verifier.tolerance)
             .finish()
     }
@@ -251,19 +271,7 @@ impl WebhookLayer {
                 name: name.to_owned(),
             });
         }
-        if secrets.0.is_empty() {
-            return Err(WebhookError::NoSecret);
-        }
-        let keys = secrets
-            .0
-            .iter()
-            .enumerate()
-            .map(|(position, s)| {
-                signature::key_of(scheme, s).map_err(|(BadSecret::Empty | BadSecret::NotBase64)| {
-                    WebhookError::BadSecret { position, scheme }
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let keys = Arc::new(RwLock::new(Arc::new(keys_of(scheme, &secrets)?)));
         let store = store.into();
         let max_tenant_len = store.common().max_tenant_len;
         let tenant = webhook_tenant(scheme.name(), name, max_tenant_len)
@@ -294,6 +302,17 @@ impl WebhookLayer {
             self.verifier = Arc::new(v);
         }
         self
+    }
+
+    /// Replaces the endpoint's secrets, for this layer and every service it made, from the next
+    /// delivery on (a secret rotated without a restart: list the new one beside the old while
+    /// the provider switches, then the new one alone). Secrets that cannot be used (none, or one
+    /// that is not valid under the scheme) are refused with the error [`WebhookLayer::new`]
+    /// gives, and the secrets in use stay as they were.
+    pub fn set_secrets(&self, secrets: WebhookSecrets) -> Result<(), WebhookError> {
+        let keys = keys_of(self.verifier.scheme, &secrets)?;
+        *self.verifier.keys.write() = Arc::new(keys);
+        Ok(())
     }
 
     /// How far a signed timestamp may be from this server's clock, either way, before the
@@ -458,8 +477,8 @@ where
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let event = match signature::verify(v.scheme, &v.keys, v.tolerance, &parts.headers, &body, now)
-    {
+    let keys = v.keys.read().clone();
+    let event = match signature::verify(v.scheme, &keys, v.tolerance, &parts.headers, &body, now) {
         Ok(event) => event,
         Err(refused) => {
             let detail = format!(

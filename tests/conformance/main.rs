@@ -50,3 +50,4 @@ mod retryable_failure_releases_and_terminal_failure_replays;
 mod spans_name_the_same_decisions_alike;
 mod unique_values_have_one_live_owner;
 mod webhook_events_are_handled_once;
+mod webhook_secrets_rotate_without_a_restart;

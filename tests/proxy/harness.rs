@@ -17,6 +17,30 @@ use std::time::{Duration, Instant};
 /// The binary under test.
 pub const IDEMDB: &str = env!("CARGO_BIN_EXE_idemdb");
 
+/// A Standard Webhooks delivery of event `id` with `body` to `/payments`, signed `ago` seconds
+/// ago by `secret`.
+pub fn webhook_delivery(id: &str, body: &str, secret: &str, ago: i64) -> Req {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - ago;
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{at}.{body}").as_bytes());
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    Req::post("/payments")
+        .header("Content-Type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", &at.to_string())
+        .header("webhook-signature", &format!("v1,{sig}"))
+        .body(body)
+}
+
 /// How long a child gets to say it is listening (a PostgreSQL proxy connects and migrates first;
 /// the machine may be at load 4 on 2 cores).
 const READY_WITHIN: Duration = Duration::from_secs(60);

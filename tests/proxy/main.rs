@@ -54,4 +54,5 @@ mod routes_say_where_a_key_is_required;
 mod sigterm_lets_in_flight_requests_finish;
 mod upstream_errors_release_the_key_and_unknown_outcomes_stay;
 mod upstream_killed_mid_run_never_runs_a_payment_twice;
+mod webhook_secret_files_are_read_again_when_they_change;
 mod webhooks_through_proxies_are_handled_once;

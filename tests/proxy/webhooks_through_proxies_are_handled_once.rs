@@ -8,37 +8,13 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-use crate::harness::{pause, routes_file, Got, Proxy, Req, Store, Upstream};
+use crate::harness::{
+    pause, routes_file, webhook_delivery as delivery, Got, Proxy, Req, Store, Upstream,
+};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const EVENTS: usize = 24;
-
-/// A Standard Webhooks delivery of event `id` with `body`, signed `ago` seconds ago by `secret`.
-fn delivery(id: &str, body: &str, secret: &str, ago: i64) -> Req {
-    let at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-        - ago;
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(secret.trim_start_matches("whsec_"))
-        .unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{at}.{body}").as_bytes());
-    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-    Req::post("/payments")
-        .header("Content-Type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", &at.to_string())
-        .header("webhook-signature", &format!("v1,{sig}"))
-        .body(body)
-}
 
 fn event(i: usize) -> (String, String) {
     (

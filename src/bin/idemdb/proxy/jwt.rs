@@ -12,12 +12,14 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+use super::watch::{every_second, Stamp};
 
 /// The shortest HMAC secret accepted: RFC 7518 3.2 asks for a key at least as long as the hash
 /// (256 bits for HS256).
@@ -241,44 +243,34 @@ pub(crate) struct Unverified(pub(crate) String);
 pub(crate) struct Verifier {
     rule: JwtRule,
     keys: RwLock<Arc<Vec<Key>>>,
-    /// The key file's size and modification time when it was last read.
-    stamp: Mutex<Option<(u64, SystemTime)>>,
-}
-
-fn stamp_of(path: &Path) -> Option<(u64, SystemTime)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.len(), m.modified().ok()?))
+    /// The key file as it was last read.
+    stamp: Stamp,
 }
 
 impl Verifier {
     /// Loads the rule's keys (an error names the file and what is wrong with it) and starts
     /// watching the file for changes.
     pub(crate) fn start(rule: &JwtRule) -> Result<Arc<Verifier>, String> {
-        let stamp = stamp_of(rule.keys.path());
+        let stamp = Stamp::of(rule.keys.path());
         let keys = rule.keys.load()?;
         let verifier = Arc::new(Verifier {
             rule: rule.clone(),
             keys: RwLock::new(Arc::new(keys)),
-            stamp: Mutex::new(stamp),
+            stamp,
         });
-        let weak = Arc::downgrade(&verifier);
-        std::thread::Builder::new()
-            .name("idemdb-jwt-keys".into())
-            .spawn(move || watch(&weak))
-            .map_err(|e| format!("cannot start the key file's watcher: {e}"))?;
+        every_second(
+            "idemdb-jwt-keys",
+            Arc::downgrade(&verifier),
+            Verifier::reload_if_changed,
+        )?;
         Ok(verifier)
     }
 
     /// Reads the key file again if its size or modification time changed.
     fn reload_if_changed(&self) {
         let path = self.rule.keys.path();
-        let now = stamp_of(path);
-        {
-            let mut seen = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
-            if *seen == now {
-                return;
-            }
-            *seen = now;
+        if !self.stamp.changed(path) {
+            return;
         }
         match self.rule.keys.load() {
             Ok(keys) => {
@@ -346,17 +338,6 @@ impl Verifier {
             }
         }
         no("the token's signature does not verify under this route's keys")
-    }
-}
-
-/// Polls the key file of a verifier every second while the verifier lives.
-fn watch(verifier: &Weak<Verifier>) {
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-        let Some(v) = verifier.upgrade() else {
-            return;
-        };
-        v.reload_if_changed();
     }
 }
 

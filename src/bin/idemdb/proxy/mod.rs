@@ -7,13 +7,15 @@
 //!
 //! Layers, top down: `server` (connections, routing, admin paths, shutdown) over the library's
 //! `IdempotencyLayer` per route over `upstream` (the pooled client); `routes` is the inventory,
-//! `jwt` the verification of tokens that scope keys, and `body` the timed bodies.
+//! `jwt` the verification of tokens that scope keys, `watch` the files read again when they
+//! change (JWT keys, webhook secrets), and `body` the timed bodies.
 
 mod body;
 mod jwt;
 mod routes;
 mod server;
 mod upstream;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -17,7 +17,9 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use idemdb::http::{HttpBody, Idempotency, IdempotencyLayer, Webhook, WebhookLayer, WhileRunning};
+use idemdb::http::{
+    HttpBody, Idempotency, IdempotencyLayer, Webhook, WebhookLayer, WebhookSecrets, WhileRunning,
+};
 use idemdb::{AsyncStore, Config, Durability};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::{watch, Notify, Semaphore};
@@ -28,6 +30,7 @@ use super::body::{ProxyBody, Timed};
 use super::jwt::Verifier;
 use super::routes::{Level, OnUnknown, Principal, Route, Routes};
 use super::upstream::{Forwarder, Peer, Upstream};
+use super::watch::{every_second, Stamp};
 use super::Options;
 use crate::Target;
 
@@ -100,6 +103,9 @@ struct App {
     keyed: Vec<Option<Idempotency<Forwarder>>>,
     /// The webhook receiver of each `webhook` route (`None` for the others), by index.
     webhooks: Vec<Option<Webhook<Forwarder>>>,
+    /// The secrets files of the `webhook` routes, each read again when it changes while the
+    /// app lives.
+    _secret_files: Vec<Arc<SecretsFile>>,
     /// How each keyed route scopes its keys (`None` for a `none` route), by index.
     scopers: Vec<Option<Scoper>>,
     /// Problem documents in the layer's format.
@@ -200,16 +206,18 @@ fn build_app(
                 .then(|| keyed_service(r, store, upstream))
         })
         .collect();
+    let mut secret_files = Vec::new();
     let webhooks = routes
         .routes
         .iter()
-        .map(|r| webhook_service(r, store, upstream))
+        .map(|r| webhook_service(r, store, upstream, &mut secret_files))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("routes file {}, {e}", routes.source))?;
     Ok(Arc::new(App {
         routes,
         keyed,
         webhooks,
+        _secret_files: secret_files,
         scopers,
         problems: IdempotencyLayer::new(store.clone()),
         ignored_logged: AtomicU64::new(0),
@@ -254,11 +262,13 @@ fn wait_of(r: &Route) -> WhileRunning {
 }
 
 /// Step 3, for one `webhook` route: the webhook receiver its settings make, in front of the
-/// upstream; `Ok(None)` for any other route.
+/// upstream (its secrets file, if it has one, watched from `secret_files`); `Ok(None)` for any
+/// other route.
 fn webhook_service(
     r: &Route,
     store: &AsyncStore,
     upstream: &Arc<Upstream>,
+    secret_files: &mut Vec<Arc<SecretsFile>>,
 ) -> Result<Option<Webhook<Forwarder>>, String> {
     let Some(w) = &r.webhook else {
         return Ok(None);
@@ -271,9 +281,51 @@ fn webhook_service(
         .max_request_bytes(r.max_body)
         .while_running(wait_of(r))
         .written_pending(r.on_unknown == OnUnknown::Fail);
+    if let Some(path) = &w.secret_file {
+        let file = Arc::new(SecretsFile {
+            path: path.clone(),
+            line: r.line,
+            // Read when the routes were loaded, before any stamp: the first look reads it again.
+            stamp: Stamp::unread(),
+            layer: layer.clone(),
+        });
+        every_second(
+            "idemdb-webhook-secrets",
+            Arc::downgrade(&file),
+            SecretsFile::reload_if_changed,
+        )?;
+        secret_files.push(file);
+    }
     Ok(Some(
         layer.layer(Forwarder::new(upstream.clone(), r.on_unknown)),
     ))
+}
+
+/// A `webhook` route's `secret=file:PATH`: read again within a second or two of a change, so a
+/// secret is rotated without a restart; a file that cannot be read or holds an unusable secret
+/// keeps the secrets in use, and a warning says why (never a secret).
+struct SecretsFile {
+    path: std::path::PathBuf,
+    /// The route's line in the routes file, for the log.
+    line: usize,
+    stamp: Stamp,
+    /// Shares its secrets with the route's receiver (`WebhookLayer::set_secrets`).
+    layer: WebhookLayer,
+}
+
+impl SecretsFile {
+    fn reload_if_changed(&self) {
+        if !self.stamp.changed(&self.path) {
+            return;
+        }
+        let file = self.path.display();
+        match WebhookSecrets::from_file(&self.path).and_then(|s| self.layer.set_secrets(s)) {
+            Ok(()) => tracing::info!(target: "idemdb::proxy", %file, line = self.line,
+                "webhook secrets read again"),
+            Err(e) => tracing::warn!(target: "idemdb::proxy", %file, line = self.line,
+                "webhook secrets not read again, the previous ones stay in use: {e}"),
+        }
+    }
 }
 
 /// Step 4: binds `--listen` and prints the address it got, and what the proxy serves.
