@@ -243,8 +243,9 @@ struct MigrateArgs {
                   stored, never resent)\n\
                   A webhook route takes lease, retention, max-body, wait, on-unknown, and:\n  \
                   scheme=standard|stripe|github  secret=file:PATH|env:VAR (one secret per line, \
-                  several while\n    rotating; a file is read again when it changes)  endpoint=NAME (default the route's \
-                  path:\n    its events are its own)  tolerance=5m\n  \
+                  several while\n    rotating; a file is read again when it changes)  \
+                  endpoint=NAME (default the route's path:\n    its events are its own)  \
+                  tolerance=5m\n  \
                   Only a 2xx answer is stored; any other lets the provider's retry reach the \
                   upstream again.\n\
                   The first matching route decides, on the path's normal form (/payments/, \

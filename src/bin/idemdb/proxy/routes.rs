@@ -18,7 +18,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
@@ -52,11 +52,16 @@ pub(crate) struct WebhookRoute {
     pub(crate) secrets: WebhookSecrets,
     /// Where they came from (`file:PATH` or `env:VAR`), for the inventory.
     pub(crate) secret_source: String,
-    /// `secret=file:PATH`: the file, read again when it changes (`server.rs`, `SecretsFile`).
-    pub(crate) secret_file: Option<PathBuf>,
     /// The endpoint's events are its own: `endpoint=NAME`, by default the route's path.
     pub(crate) endpoint: String,
     pub(crate) tolerance: Duration,
+}
+
+impl WebhookRoute {
+    /// `secret=file:PATH`: the file, read again when it changes (`server.rs`, `SecretsFile`).
+    pub(crate) fn secret_file(&self) -> Option<&Path> {
+        self.secret_source.strip_prefix("file:").map(Path::new)
+    }
 }
 
 /// Whom a key belongs to: keys are scoped by it.
@@ -520,7 +525,6 @@ fn option_name(option: &str) -> &str {
 struct WebhookOptions {
     scheme: Option<WebhookScheme>,
     secrets: Option<(WebhookSecrets, String)>,
-    secret_file: Option<PathBuf>,
     endpoint: Option<String>,
     tolerance: Option<Duration>,
 }
@@ -574,12 +578,8 @@ impl WebhookOptions {
                 })
             }
             "secret" => {
-                self.secret_file = None;
                 let secrets = match value.split_once(':') {
-                    Some(("file", path)) if !path.is_empty() => {
-                        self.secret_file = Some(PathBuf::from(path));
-                        WebhookSecrets::from_file(path)
-                    }
+                    Some(("file", path)) if !path.is_empty() => WebhookSecrets::from_file(path),
                     Some(("env", var)) if !var.is_empty() => WebhookSecrets::from_env(var),
                     _ => {
                         return Err(bad(
@@ -623,7 +623,6 @@ impl WebhookOptions {
             scheme,
             secrets,
             secret_source,
-            secret_file: self.secret_file,
             endpoint: self.endpoint.unwrap_or_else(|| route.path.clone()),
             tolerance: self.tolerance.unwrap_or(Duration::from_secs(300)),
         });

@@ -281,9 +281,9 @@ fn webhook_service(
         .max_request_bytes(r.max_body)
         .while_running(wait_of(r))
         .written_pending(r.on_unknown == OnUnknown::Fail);
-    if let Some(path) = &w.secret_file {
+    if let Some(path) = w.secret_file() {
         let file = Arc::new(SecretsFile {
-            path: path.clone(),
+            path: path.to_owned(),
             line: r.line,
             // Read when the routes were loaded, before any stamp: the first look reads it again.
             stamp: Stamp::unread(),
